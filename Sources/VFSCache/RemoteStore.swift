@@ -1,0 +1,157 @@
+/// The remote as VFSCache sees it: a protocol, so the cache layer has no HTTP in it and unit tests
+/// can run against an in-memory fake (`InMemoryRemote`) or a failure-injecting wrapper.
+///
+/// The production conformer lives in the `dbxfs` target (`DropboxRemoteStore`) and adapts the
+/// `DropboxRemote` client. Every method is synchronous and may block: VFSCache calls it from FUSE
+/// worker threads and from its own background threads, never from Swift's cooperative pool.
+///
+/// Paths are Dropbox paths relative to the account (or app folder): "" is the root, otherwise
+/// "/a/b" with the display case the caller wants. The mount's `--root` is applied by the adapter,
+/// so VFSCache always works with paths relative to the mount root.
+import Foundation
+
+/// One file or folder as the remote reports it.
+public struct RemoteEntry: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case file(size: UInt64, rev: String, contentHash: String?, clientModified: Date, serverModified: Date)
+        case folder
+    }
+    /// Stable id ("id:..."), kept across moves.
+    public var id: String
+    /// Last path component, in display case.
+    public var name: String
+    /// Full path relative to the mount root, lowercased ("" for the root itself).
+    public var pathLower: String
+    /// Full path relative to the mount root, display case.
+    public var pathDisplay: String
+    public var kind: Kind
+
+    public init(id: String, name: String, pathLower: String, pathDisplay: String, kind: Kind) {
+        self.id = id; self.name = name; self.pathLower = pathLower; self.pathDisplay = pathDisplay; self.kind = kind
+    }
+
+    public var isFolder: Bool { if case .folder = kind { return true } else { return false } }
+    public var rev: String? { if case .file(_, let rev, _, _, _) = kind { return rev } else { return nil } }
+    public var size: UInt64 { if case .file(let size, _, _, _, _) = kind { return size } else { return 0 } }
+    public var contentHash: String? { if case .file(_, _, let h, _, _) = kind { return h } else { return nil } }
+}
+
+/// One entry of a listing or of a change feed.
+public enum RemoteChange: Sendable, Equatable {
+    case upsert(RemoteEntry)
+    /// Something at this path (lowercased, relative to the mount root) is gone, with its subtree.
+    case deleted(pathLower: String, pathDisplay: String)
+}
+
+/// One page of `list_folder` / `list_folder/continue`.
+public struct RemoteListPage: Sendable {
+    public var changes: [RemoteChange]
+    public var cursor: String
+    public var hasMore: Bool
+    public init(changes: [RemoteChange], cursor: String, hasMore: Bool) {
+        self.changes = changes; self.cursor = cursor; self.hasMore = hasMore
+    }
+}
+
+/// How a commit treats an existing file at the target path.
+public enum RemoteWriteMode: Sendable, Equatable {
+    /// Fail with `.conflict` if anything is there.
+    case add
+    /// Replace whatever file is there.
+    case overwrite
+    /// Replace only if the current rev is this one, else `.conflict`.
+    case update(rev: String)
+}
+
+/// What a commit needs besides the bytes.
+public struct RemoteCommit: Sendable, Equatable {
+    public var path: String
+    public var mode: RemoteWriteMode
+    public var clientModified: Date?
+    /// Content hash of the whole file; the server refuses the commit if the bytes differ.
+    public var contentHash: String?
+    public init(path: String, mode: RemoteWriteMode, clientModified: Date? = nil, contentHash: String? = nil) {
+        self.path = path; self.mode = mode; self.clientModified = clientModified; self.contentHash = contentHash
+    }
+}
+
+/// A finished (closed) upload session, ready to be committed, alone or in a batch.
+public struct RemoteUploadedSession: Sendable, Equatable, Codable {
+    public var sessionID: String
+    public var length: UInt64
+    public init(sessionID: String, length: UInt64) { self.sessionID = sessionID; self.length = length }
+}
+
+/// Progress of one transfer; `done` only grows. Returning false cancels the transfer.
+public typealias RemoteProgress = @Sendable (_ done: UInt64, _ total: UInt64) -> Bool
+
+/// Failures, already classified; the remote adapter has done its retries before throwing these.
+public enum RemoteError: Error, Sendable, Equatable {
+    case notFound(String)
+    case notFolder(String)
+    case notFile(String)
+    /// Something else is at the target, or the rev given to `update` is stale.
+    case conflict(String)
+    case insufficientSpace
+    case disallowedName(String)
+    case malformedPath(String)
+    /// A folder cannot be moved into itself, a shared folder cannot be nested, ...
+    case invalidOperation(String)
+    /// The change cursor is no longer valid: relist from scratch.
+    case cursorReset
+    /// An upload session expired or is unknown on the server: upload again from the start.
+    case sessionGone(String)
+    /// Token missing, revoked or expired past refresh.
+    case auth(String)
+    /// Still rate limited after the retry budget.
+    case rateLimited(retryAfter: Double)
+    /// 5xx or transport failure after the retry budget: the network or the server is down.
+    case unavailable(String)
+    case cancelled
+    case other(String)
+}
+
+/// The remote operations VFSCache needs. Conformers do their own retries (429, 5xx, transport)
+/// and throw `RemoteError` only once those are exhausted.
+public protocol RemoteStore: Sendable {
+    /// The entry at `path`, or nil if nothing is there. `path` may not be "" (the root).
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry?
+
+    /// First page of a listing of `path` ("" = mount root). With `recursive`, the whole subtree,
+    /// parents before children. `limit` is a hint for the page size.
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage
+    /// Next page, or the changes since the cursor once a listing is exhausted.
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage
+    /// A cursor at "now" for a recursive listing of `path`, without listing.
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String
+    /// Blocks up to `timeout` seconds until the cursor is stale. Returns whether there are changes
+    /// and how many seconds the server asks us to wait before polling again.
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?)
+
+    /// Streams bytes `range` of the file at `rev` (by path or id) into `sink`, in order.
+    /// `sink` returning false cancels. Resumes internally after transport errors.
+    func download(path: String, rev: String?, range: Range<UInt64>?,
+                  sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError)
+
+    /// Uploads a whole file (read from `file`, bytes 0..<length) in one request and commits it.
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry
+
+    /// Starts an upload session; `concurrent` sessions accept appends in parallel.
+    func startSession(concurrent: Bool) throws(RemoteError) -> String
+    /// Appends bytes [offset, offset+length) of `file` to the session. `close` marks the last append.
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool,
+                       progress: RemoteProgress?) throws(RemoteError)
+    /// Commits closed sessions together (finish_batch_v2); one result per entry, in order.
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)])
+        throws(RemoteError) -> [Result<RemoteEntry, RemoteError>]
+
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry
+    /// Deletes the file or folder (recursively, on the server). VFSCache only ever passes empty
+    /// folders, so `rmdir` never becomes a recursive delete.
+    func delete(path: String) throws(RemoteError)
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry
+
+    /// Bytes used and allocated on the account.
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64)
+}
