@@ -1,0 +1,86 @@
+/// A `RemoteStore` wrapper that injects failures (mountpoint-s3's failure client, in spirit):
+/// a test decides, per call, whether the operation fails and with what, before it reaches the
+/// wrapped remote. Used to check that VFSCache surfaces errors as errno, retries where it should,
+/// and loses nothing.
+import Foundation
+import Synchronization
+@testable import VFSCache
+
+final class FailingRemote: RemoteStore, Sendable {
+    let inner: any RemoteStore
+    /// Given the operation name (same names as `InMemoryRemote.calls`) and its path (or ""),
+    /// returns an error to throw instead of calling through, or nil to pass.
+    private let rule: Mutex<@Sendable (String, String) -> RemoteError?>
+
+    init(_ inner: any RemoteStore, rule: @escaping @Sendable (String, String) -> RemoteError? = { _, _ in nil }) {
+        self.inner = inner
+        self.rule = Mutex(rule)
+    }
+
+    func setRule(_ newRule: @escaping @Sendable (String, String) -> RemoteError?) { rule.withLock { $0 = newRule } }
+
+    /// Fails the next `times` calls of `operation` with `error`, then passes.
+    func failNext(_ operation: String, times: Int, with error: RemoteError) {
+        let remaining = Mutex(times)
+        setRule { name, _ in
+            guard name == operation else { return nil }
+            return remaining.withLock { count in
+                guard count > 0 else { return nil }
+                count -= 1
+                return error
+            }
+        }
+    }
+
+    private func check(_ name: String, _ path: String) throws(RemoteError) {
+        let current = rule.withLock { $0 }
+        if let error = current(name, path) { throw error }
+    }
+
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? {
+        try check("metadata", path); return try inner.metadata(path: path)
+    }
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        try check("listFolder", path); return try inner.listFolder(path: path, recursive: recursive, limit: limit)
+    }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
+        try check("listFolderContinue", ""); return try inner.listFolderContinue(cursor: cursor)
+    }
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String {
+        try check("latestCursor", path); return try inner.latestCursor(path: path, recursive: recursive)
+    }
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) {
+        try check("longpoll", ""); return try inner.longpoll(cursor: cursor, timeout: timeout)
+    }
+    func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        try check("download", path); try inner.download(path: path, rev: rev, range: range, sink: sink)
+    }
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        try check("upload", commit.path); return try inner.upload(file: file, length: length, commit: commit, progress: progress)
+    }
+    func startSession(concurrent: Bool) throws(RemoteError) -> String {
+        try check("startSession", ""); return try inner.startSession(concurrent: concurrent)
+    }
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
+        try check("appendSession", id)
+        try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+    }
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try check("finishBatch", ""); return try inner.finishBatch(entries)
+    }
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry {
+        try check("createFolder", path); return try inner.createFolder(path: path)
+    }
+    func delete(path: String) throws(RemoteError) {
+        try check("delete", path); try inner.delete(path: path)
+    }
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry {
+        try check("move", from); return try inner.move(from: from, to: to)
+    }
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry {
+        try check("copy", from); return try inner.copy(from: from, to: to)
+    }
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
+        try check("spaceUsage", ""); return try inner.spaceUsage()
+    }
+}
