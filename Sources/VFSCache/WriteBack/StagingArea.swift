@@ -1,0 +1,153 @@
+/// The staging area: one local file per dirty Dropbox file, under `<cacheDir>/staging/`, holding the
+/// bytes written through the mount until Dropbox has confirmed their commit.
+///
+/// Rules that make it crash-safe (see docs/WRITEBACK.md):
+/// - a staging file is fsync'ed before the journal marks it ready for upload;
+/// - it is deleted only after Dropbox confirmed the commit with the expected content hash;
+/// - a full disk is reported as `Errno.noSpace` by the write that hit it, never dropped.
+import ContentHash
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class StagingArea: Sendable {
+    public let directory: URL
+
+    /// Creates `<cacheDirectory>/staging` if needed.
+    public init(cacheDirectory: URL) throws(Errno) {
+        directory = cacheDirectory.appendingPathComponent("staging", isDirectory: true)
+        if mkdir(directory.path, 0o700) != 0 && errno != EEXIST { throw Errno(errno) }
+    }
+
+    /// A new, empty staging file with a unique random name.
+    public func create() throws(Errno) -> StagingFile {
+        let name = hex(SecureRandom.bytes(12)) + ".data"
+        return try StagingFile(url: url(of: name), name: name, create: true)
+    }
+
+    /// Opens an existing staging file (after a restart).
+    public func open(name: String) throws(Errno) -> StagingFile {
+        try StagingFile(url: url(of: name), name: name, create: false)
+    }
+
+    public func url(of name: String) -> URL { directory.appendingPathComponent(name, isDirectory: false) }
+
+    public func exists(name: String) -> Bool { access(url(of: name).path, F_OK) == 0 }
+
+    /// Deletes a staging file; a missing file is not an error.
+    public func remove(name: String) {
+        if unlink(url(of: name).path) != 0 && errno != ENOENT {
+            WriteBackLog.warning("cannot delete staging file \(name): \(Errno(errno))")
+        }
+    }
+
+    /// Names of every staging file present, for the orphan sweep at start-up.
+    public func names() -> [String] {
+        (try? FileManager.default.contentsOfDirectory(atPath: directory.path))?.filter { $0.hasSuffix(".data") } ?? []
+    }
+
+    /// fsync of the staging directory, so created and deleted names are durable too.
+    public func syncDirectory() {
+        let fd = Glibc.open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        Glibc.close(fd)
+    }
+}
+
+/// One open staging file: positional reads and writes on a file descriptor, shared by the
+/// facade's write/read calls (read-your-writes) and the uploader. Thread-safe because every
+/// operation is a single positional syscall on an fd that lives as long as the object.
+public final class StagingFile: Sendable {
+    public let url: URL
+    /// File name inside the staging directory (what the journal records).
+    public let name: String
+    private let fd: Int32
+
+    fileprivate init(url: URL, name: String, create: Bool) throws(Errno) {
+        let flags = O_RDWR | O_CLOEXEC | (create ? (O_CREAT | O_EXCL) : 0)
+        let fd = Glibc.open(url.path, flags, 0o600)
+        guard fd >= 0 else { throw Errno(errno) }
+        self.fd = fd; self.url = url; self.name = name
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Writes all of `data` at `offset`, extending the file as needed. ENOSPC/EDQUOT → `.noSpace`.
+    public func write(at offset: UInt64, _ data: UnsafeRawBufferPointer) throws(Errno) {
+        var done = 0
+        while done < data.count {
+            let n = pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw Self.classify(errno)
+            }
+            done += n
+        }
+    }
+
+    public func write(at offset: UInt64, _ bytes: [UInt8]) throws(Errno) {
+        do {
+            try bytes.withUnsafeBytes { try write(at: offset, $0) }
+        } catch let error as Errno {
+            throw error
+        } catch {
+            throw .io
+        }
+    }
+
+    /// Up to `count` bytes from `offset` (fewer at the end of the file).
+    public func read(at offset: UInt64, count: Int) throws(Errno) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let n = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset) + off_t(done)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw Errno(errno)
+            }
+            if n == 0 { break }
+            done += n
+        }
+        out.removeSubrange(done...)
+        return out
+    }
+
+    /// Sets the size (truncate or sparse extension).
+    public func truncate(to size: UInt64) throws(Errno) {
+        if ftruncate(fd, off_t(size)) != 0 { throw Self.classify(errno) }
+    }
+
+    public func size() throws(Errno) -> UInt64 {
+        var info = stat()
+        if fstat(fd, &info) != 0 { throw Errno(errno) }
+        return UInt64(info.st_size)
+    }
+
+    /// Makes the bytes durable (fdatasync). A deferred ENOSPC can surface here too.
+    public func sync() throws(Errno) {
+        if fdatasync(fd) != 0 { throw Self.classify(errno) }
+    }
+
+    /// Dropbox content hash of bytes [0, length).
+    public func contentHash(length: UInt64) throws(Errno) -> String {
+        var hasher = DropboxContentHasher()
+        var offset: UInt64 = 0
+        let piece = 1 << 20
+        var buffer = [UInt8](repeating: 0, count: piece)
+        while offset < length {
+            let want = Int(min(UInt64(piece), length - offset))
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(offset)) }
+            if n < 0 { if errno == EINTR { continue }; throw Errno(errno) }
+            if n == 0 { throw Errno.io }  // shorter than the journal says: never upload a guess
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            offset += UInt64(n)
+        }
+        return hasher.finalize()
+    }
+
+    private static func classify(_ code: Int32) -> Errno {
+        code == ENOSPC || code == EDQUOT ? .noSpace : Errno(code)
+    }
+}
