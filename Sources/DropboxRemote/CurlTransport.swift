@@ -1,0 +1,281 @@
+/// One HTTP POST over libcurl, on the calling thread, with connections reused across calls.
+///
+/// A pool of easy handles is kept: a call takes an idle handle (or makes one), resets its options
+/// (`curl_easy_reset` keeps the live connection and TLS session), runs `curl_easy_perform`
+/// synchronously, and puts the handle back. Since each handle keeps its own connection, N threads
+/// in flight use N connections, and a thread that comes back later finds a warm one. A process-wide
+/// share handle shares DNS and TLS sessions between handles.
+///
+/// This layer knows HTTP, not Dropbox: it returns the status, headers and collected body, or a
+/// `DropboxError` of kind transport / cancelled / localIO. Retries are the caller's business.
+import CCurlShim
+import Foundation
+import Synchronization
+
+/// A request as the transport sees it. Every Dropbox call is a POST.
+struct HTTPRequest {
+    var url: String
+    var headers: [String]
+    /// The request body; nil sends an empty body.
+    var body: UploadBody?
+    /// A total time limit in seconds instead of the low-speed limit (for longpoll, which is silent
+    /// by design until it answers).
+    var totalTimeout: Int?
+}
+
+struct HTTPResponse {
+    var status: Int
+    /// Header names lowercased; the last occurrence wins.
+    var headers: [String: String]
+    /// The body, unless it was streamed to a sink (2xx with a sink).
+    var body: Data
+}
+
+/// Raw pointers to curl objects. Safe to send: a handle is used by one thread at a time (the pool
+/// hands it out exclusively), and the share handle does its own locking.
+struct CurlPointer: @unchecked Sendable {
+    let raw: UnsafeMutableRawPointer
+}
+
+final class CurlTransport: Sendable {
+    private let configuration: ClientConfiguration
+    private let idleHandles = Mutex<[CurlPointer]>([])
+    private let share: CurlPointer?
+
+    init(configuration: ClientConfiguration) {
+        let code = dbx_global_init_once()
+        precondition(code == CURLE_OK, "curl_global_init failed: \(code)")
+        self.configuration = configuration
+        share = dbx_share_new().map { CurlPointer(raw: $0) }
+    }
+
+    deinit {
+        for handle in idleHandles.withLock({ $0 }) { curl_easy_cleanup(handle.raw) }
+        // The share handle is deliberately leaked: handles still in flight on other threads might
+        // reference it, and there is one client per process in practice.
+    }
+
+    /// Runs one request. `sink` receives the body of a 2xx answer as it arrives; other answers are
+    /// collected into `HTTPResponse.body`. `onSent`/`onReceived` are told the running byte counts of
+    /// this request's body and response body (for progress).
+    /// `onResponseStart` sees the status and headers of a 2xx answer before the first body byte
+    /// reaches the sink; returning an error aborts the transfer with it.
+    func perform(_ request: HTTPRequest, sink: DownloadSink? = nil, cancel: CancelHandle? = nil,
+                 onSent: ((UInt64) -> Void)? = nil, onReceived: ((UInt64) -> Void)? = nil,
+                 onResponseStart: ((Int, [String: String]) -> DropboxError?)? = nil) -> Result<HTTPResponse, DropboxError> {
+        if cancel?.isCancelled == true { return .failure(.cancelled) }
+        let handle = checkout()
+        defer { checkin(handle) }
+        return withoutActuallyEscaping(sink ?? { _ in true }) { escapableSink in
+            let state = TransferState(body: request.body ?? .empty, sink: sink == nil ? nil : escapableSink,
+                                      cancel: cancel, onSent: onSent, onReceived: onReceived)
+            state.onResponseStart = onResponseStart
+            return run(request, on: handle.raw, state: state)
+        }
+    }
+
+    private func run(_ request: HTTPRequest, on curl: UnsafeMutableRawPointer, state: TransferState) -> Result<HTTPResponse, DropboxError> {
+        if let error = state.openBody() { return .failure(error) }
+        defer { state.closeBody() }
+
+        var headerList: UnsafeMutablePointer<curl_slist>? = nil
+        // An empty `Expect:` stops libcurl waiting for `100 Continue` before large bodies.
+        for header in request.headers + ["Expect:"] { headerList = curl_slist_append(headerList, header) }
+        defer { curl_slist_free_all(headerList) }
+
+        curl_easy_reset(curl)
+        let config = configuration
+        dbx_setopt_str(curl, CURLOPT_URL, request.url)
+        dbx_setopt_long(curl, CURLOPT_POST, 1)
+        dbx_setopt_off_t(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(state.body.length))
+        dbx_setopt_slist(curl, CURLOPT_HTTPHEADER, headerList)
+        dbx_setopt_str(curl, CURLOPT_USERAGENT, config.userAgent)
+        dbx_setopt_long(curl, CURLOPT_NOSIGNAL, 1)  // required with threads: no SIGALRM for DNS timeouts
+        dbx_setopt_long(curl, CURLOPT_HTTP_VERSION, dbx_http_version_2tls())
+        dbx_setopt_long(curl, CURLOPT_SSL_VERIFYPEER, 1)
+        dbx_setopt_long(curl, CURLOPT_SSL_VERIFYHOST, 2)
+        if let ca = config.extraCAFile {
+            // CAINFO alone would replace the system store; CAPATH keeps it trusted as well.
+            dbx_setopt_str(curl, CURLOPT_CAINFO, ca)
+            dbx_setopt_str(curl, CURLOPT_CAPATH, "/etc/ssl/certs")
+        }
+        dbx_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, config.connectTimeout)
+        if let total = request.totalTimeout {
+            dbx_setopt_long(curl, CURLOPT_TIMEOUT, total)
+        } else {
+            dbx_setopt_long(curl, CURLOPT_LOW_SPEED_LIMIT, 1)
+            dbx_setopt_long(curl, CURLOPT_LOW_SPEED_TIME, config.lowSpeedTimeout)
+        }
+        dbx_setopt_long(curl, CURLOPT_TCP_KEEPALIVE, 1)
+        dbx_setopt_long(curl, CURLOPT_TCP_NODELAY, 1)
+        // Large buffers: fewer callbacks per byte on gigabyte transfers.
+        dbx_setopt_long(curl, CURLOPT_BUFFERSIZE, 512 * 1024)
+        dbx_setopt_long(curl, CURLOPT_UPLOAD_BUFFERSIZE, 2 * 1024 * 1024)
+        if let share { dbx_setopt_share(curl, share.raw) }
+        dbx_setopt_ptr(curl, CURLOPT_ERRORBUFFER, state.errorBuffer)
+        state.curl = curl
+
+        let context = Unmanaged.passUnretained(state).toOpaque()
+        dbx_set_write_callback(curl, { buffer, size, count, userdata in
+            let state = Unmanaged<TransferState>.fromOpaque(userdata!).takeUnretainedValue()
+            return state.receive(UnsafeRawBufferPointer(start: buffer, count: size * count))
+        }, context)
+        dbx_set_header_callback(curl, { buffer, size, count, userdata in
+            let state = Unmanaged<TransferState>.fromOpaque(userdata!).takeUnretainedValue()
+            state.header(UnsafeRawBufferPointer(start: buffer, count: size * count))
+            return size * count
+        }, context)
+        dbx_set_read_callback(curl, { buffer, size, count, userdata in
+            let state = Unmanaged<TransferState>.fromOpaque(userdata!).takeUnretainedValue()
+            return state.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+        }, context)
+        dbx_set_xferinfo_callback(curl, { userdata, _, _, _, _ in
+            let state = Unmanaged<TransferState>.fromOpaque(userdata!).takeUnretainedValue()
+            return state.shouldAbort ? 1 : 0
+        }, context)
+
+        let code = withExtendedLifetime(state) { curl_easy_perform(curl) }
+        state.curl = nil
+
+        if let localError = state.responseStartError { return .failure(localError) }
+        if state.shouldAbort { return .failure(.cancelled) }
+        if let localError = state.localError { return .failure(localError) }
+        guard code == CURLE_OK else {
+            let detail = String(validatingCString: state.errorBuffer) ?? ""
+            let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            return .failure(.transport(code: Int(code.rawValue), message: message))
+        }
+        var status = 0
+        dbx_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status)
+        return .success(HTTPResponse(status: status, headers: state.headers, body: state.collected))
+    }
+
+    private func checkout() -> CurlPointer {
+        if let handle = idleHandles.withLock({ $0.popLast() }) { return handle }
+        guard let raw = curl_easy_init() else { fatalError("curl_easy_init failed (out of memory)") }
+        return CurlPointer(raw: raw)
+    }
+
+    private func checkin(_ handle: CurlPointer) {
+        let kept = idleHandles.withLock { idle -> Bool in
+            guard idle.count < configuration.maxIdleHandles else { return false }
+            idle.append(handle)
+            return true
+        }
+        if !kept { curl_easy_cleanup(handle.raw) }
+    }
+}
+
+/// The per-request state curl's callbacks work on. Used only by the thread running
+/// `curl_easy_perform`, so it needs no locking.
+private final class TransferState {
+    let body: UploadBody
+    let sink: DownloadSink?
+    let cancel: CancelHandle?
+    let onSent: ((UInt64) -> Void)?
+    let onReceived: ((UInt64) -> Void)?
+    var curl: UnsafeMutableRawPointer?
+    var headers: [String: String] = [:]
+    var collected = Data()
+    /// curl writes its detailed message here; heap memory so its address is stable during perform.
+    let errorBuffer: UnsafeMutablePointer<CChar> = {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        buffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        return buffer
+    }()
+    var localError: DropboxError?
+    var onResponseStart: ((Int, [String: String]) -> DropboxError?)?
+    var responseStartError: DropboxError?
+    private(set) var shouldAbortBySink = false
+    private var fileDescriptor: Int32 = -1
+    private var sent: UInt64 = 0
+    private var received: UInt64 = 0
+    private var statusIsSuccess: Bool?
+
+    init(body: UploadBody, sink: DownloadSink?, cancel: CancelHandle?, onSent: ((UInt64) -> Void)?, onReceived: ((UInt64) -> Void)?) {
+        self.body = body; self.sink = sink; self.cancel = cancel; self.onSent = onSent; self.onReceived = onReceived
+    }
+
+    deinit { errorBuffer.deallocate() }
+
+    var shouldAbort: Bool { shouldAbortBySink || cancel?.isCancelled == true }
+
+    func openBody() -> DropboxError? {
+        guard case .file(let url, _, _) = body else { return nil }
+        fileDescriptor = open(url.path, O_RDONLY | O_CLOEXEC)
+        return fileDescriptor < 0 ? .localIO("cannot open \(url.path): \(String(cString: strerror(errno)))") : nil
+    }
+
+    func closeBody() {
+        if fileDescriptor >= 0 { close(fileDescriptor); fileDescriptor = -1 }
+    }
+
+    func header(_ line: UnsafeRawBufferPointer) {
+        let text = String(decoding: line, as: UTF8.self)
+        if text.hasPrefix("HTTP/") { headers.removeAll(); statusIsSuccess = nil; return }
+        guard let colon = text.firstIndex(of: ":") else { return }
+        let name = text[..<colon].lowercased()
+        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+        headers[name] = value
+    }
+
+    func receive(_ buffer: UnsafeRawBufferPointer) -> Int {
+        if shouldAbort { return 0 }
+        if statusIsSuccess == nil {
+            var status = 0
+            if let curl { dbx_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status) }
+            statusIsSuccess = (200...299).contains(status)
+            if statusIsSuccess == true, let check = onResponseStart, let error = check(status, headers) {
+                responseStartError = error
+                return 0
+            }
+        }
+        if statusIsSuccess == true, let sink {
+            guard sink(buffer) else { shouldAbortBySink = true; return 0 }
+            received += UInt64(buffer.count)
+            onReceived?(received)
+        } else {
+            collected.append(buffer.assumingMemoryBound(to: UInt8.self))
+        }
+        return buffer.count
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        if shouldAbort { return dbx_readfunc_abort() }
+        let remaining = body.length - sent
+        let want = Int(min(UInt64(buffer.count), remaining))
+        if want == 0 { return 0 }
+        let target = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+        var produced = 0
+        switch body {
+        case .data(let data):
+            let start = data.startIndex + Int(sent)
+            data.copyBytes(to: target.assumingMemoryBound(to: UInt8.self), from: start ..< start + want)
+            produced = want
+        case .file(let url, let offset, _):
+            while produced < want {
+                let n = pread(fileDescriptor, target.baseAddress! + produced, want - produced, off_t(offset + sent) + off_t(produced))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 {
+                    localError = .localIO("read \(url.path): \(n == 0 ? "file shorter than expected" : String(cString: strerror(errno)))")
+                    return dbx_readfunc_abort()
+                }
+                produced += n
+            }
+        case .reader(_, let reader):
+            do {
+                produced = try reader(sent, target)
+            } catch {
+                localError = .localIO("upload source: \(error)")
+                return dbx_readfunc_abort()
+            }
+            if produced <= 0 {
+                localError = .localIO("upload source ended early at \(sent) of \(body.length)")
+                return dbx_readfunc_abort()
+            }
+        }
+        sent += UInt64(produced)
+        onSent?(sent)
+        return produced
+    }
+}

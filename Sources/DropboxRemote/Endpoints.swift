@@ -1,0 +1,62 @@
+/// The four Dropbox base URLs. They default to the real hosts; one base URL (the emulator's
+/// `http://127.0.0.1:PORT`, or a compatible gateway) can replace all four at once. Bases carry
+/// their scheme, and routes are appended as `<base>/2/<route>` (SwiftyDropbox's model).
+public struct Endpoints: Sendable, Equatable {
+    /// RPC routes and the OAuth token endpoint.
+    public var api: String
+    /// Upload and download routes.
+    public var content: String
+    /// `files/list_folder/longpoll`.
+    public var notify: String
+    /// The OAuth authorize page.
+    public var web: String
+
+    public init(api: String, content: String, notify: String, web: String) {
+        self.api = Self.trimmed(api); self.content = Self.trimmed(content)
+        self.notify = Self.trimmed(notify); self.web = Self.trimmed(web)
+    }
+
+    /// All four bases replaced by one URL.
+    public init(overridingAllWith base: String) {
+        self.init(api: base, content: base, notify: base, web: base)
+    }
+
+    public static let dropbox = Endpoints(
+        api: "https://api.dropboxapi.com", content: "https://content.dropboxapi.com",
+        notify: "https://notify.dropboxapi.com", web: "https://www.dropbox.com")
+
+    public var tokenURL: String { api + "/oauth2/token" }
+    public var authorizeURL: String { web + "/oauth2/authorize" }
+
+    private static func trimmed(_ url: String) -> String {
+        var url = url
+        while url.hasSuffix("/") { url.removeLast() }
+        return url
+    }
+}
+
+/// Options of the client. Everything has a default that suits the real Dropbox.
+public struct ClientConfiguration: Sendable {
+    public var endpoints: Endpoints
+    /// Extra CA bundle (PEM) trusted in addition to the system store: for tests with a private CA.
+    /// Verification itself is always on.
+    public var extraCAFile: String?
+    /// Seconds to establish a connection (TCP + TLS).
+    public var connectTimeout: Int
+    /// A transfer slower than 1 byte/s for this many seconds is abandoned (and retried).
+    public var lowSpeedTimeout: Int
+    public var userAgent: String
+    public var retryPolicy: RetryPolicy
+    /// Idle easy handles kept for reuse (each keeps its connection open).
+    public var maxIdleHandles: Int
+
+    public static let version = "0.1.0"
+
+    public init(endpoints: Endpoints = .dropbox, extraCAFile: String? = nil, connectTimeout: Int = 15,
+                lowSpeedTimeout: Int = 60, userAgent: String = "dbxfs/\(ClientConfiguration.version)",
+                retryPolicy: RetryPolicy = RetryPolicy(), maxIdleHandles: Int = 32) {
+        self.endpoints = endpoints; self.extraCAFile = extraCAFile; self.connectTimeout = connectTimeout
+        self.lowSpeedTimeout = lowSpeedTimeout; self.userAgent = userAgent; self.retryPolicy = retryPolicy
+        self.maxIdleHandles = maxIdleHandles
+    }
+}

@@ -1,0 +1,274 @@
+/// The Dropbox data types the client returns and accepts, decoded from Stone JSON by hand.
+/// `Metadata` is polymorphic (file, folder, deleted) exactly as the API's union; fields keep the
+/// API's meaning (see /work/shared/dropbox-api-notes.md §4). Decoders throw
+/// `DropboxError.unexpectedResponse` when a required field is missing, so a malformed server
+/// answer never turns into a silently wrong value.
+import Foundation
+
+public struct FileMetadata: Sendable, Equatable {
+    public var name: String
+    public var id: String
+    public var pathLower: String?
+    public var pathDisplay: String?
+    public var rev: String
+    public var size: UInt64
+    public var clientModified: Date
+    public var serverModified: Date
+    public var contentHash: String?
+    public var isDownloadable: Bool
+
+    public init(name: String, id: String, pathLower: String?, pathDisplay: String?, rev: String, size: UInt64,
+                clientModified: Date, serverModified: Date, contentHash: String?, isDownloadable: Bool = true) {
+        self.name = name; self.id = id; self.pathLower = pathLower; self.pathDisplay = pathDisplay
+        self.rev = rev; self.size = size; self.clientModified = clientModified
+        self.serverModified = serverModified; self.contentHash = contentHash; self.isDownloadable = isDownloadable
+    }
+
+    /// Decodes a FileMetadata object, with or without its `.tag`.
+    public init(json: JSON) throws(DropboxError) {
+        name = try json.required("name")
+        id = try json.required("id")
+        pathLower = json["path_lower"]?.string
+        pathDisplay = json["path_display"]?.string
+        rev = try json.required("rev")
+        guard let size = json["size"]?.uint64 else { throw .unexpectedResponse("file metadata without size") }
+        self.size = size
+        clientModified = try json.requiredDate("client_modified")
+        serverModified = try json.requiredDate("server_modified")
+        contentHash = json["content_hash"]?.string
+        // The spec's default is true; Go decodes a missing field as false. We follow the spec.
+        isDownloadable = json["is_downloadable"]?.bool ?? true
+    }
+}
+
+public struct FolderMetadata: Sendable, Equatable {
+    public var name: String
+    public var id: String
+    public var pathLower: String?
+    public var pathDisplay: String?
+
+    public init(name: String, id: String, pathLower: String?, pathDisplay: String?) {
+        self.name = name; self.id = id; self.pathLower = pathLower; self.pathDisplay = pathDisplay
+    }
+
+    public init(json: JSON) throws(DropboxError) {
+        name = try json.required("name")
+        id = try json.required("id")
+        pathLower = json["path_lower"]?.string
+        pathDisplay = json["path_display"]?.string
+    }
+}
+
+public struct DeletedMetadata: Sendable, Equatable {
+    public var name: String
+    public var pathLower: String?
+    public var pathDisplay: String?
+
+    public init(name: String, pathLower: String?, pathDisplay: String?) {
+        self.name = name; self.pathLower = pathLower; self.pathDisplay = pathDisplay
+    }
+
+    public init(json: JSON) throws(DropboxError) {
+        name = try json.required("name")
+        pathLower = json["path_lower"]?.string
+        pathDisplay = json["path_display"]?.string
+    }
+}
+
+/// Stone's closed union `Metadata`: the `.tag` decides the case; any other tag is an error.
+public enum Metadata: Sendable, Equatable {
+    case file(FileMetadata)
+    case folder(FolderMetadata)
+    case deleted(DeletedMetadata)
+
+    public init(json: JSON) throws(DropboxError) {
+        switch json[".tag"]?.string {
+        case "file": self = .file(try FileMetadata(json: json))
+        case "folder": self = .folder(try FolderMetadata(json: json))
+        case "deleted": self = .deleted(try DeletedMetadata(json: json))
+        case let other: throw .unexpectedResponse("metadata with tag \(other ?? "none")")
+        }
+    }
+
+    public var name: String {
+        switch self { case .file(let f): f.name; case .folder(let f): f.name; case .deleted(let d): d.name }
+    }
+    public var pathLower: String? {
+        switch self { case .file(let f): f.pathLower; case .folder(let f): f.pathLower; case .deleted(let d): d.pathLower }
+    }
+    public var pathDisplay: String? {
+        switch self { case .file(let f): f.pathDisplay; case .folder(let f): f.pathDisplay; case .deleted(let d): d.pathDisplay }
+    }
+    public var file: FileMetadata? { if case .file(let f) = self { return f }; return nil }
+    public var folder: FolderMetadata? { if case .folder(let f) = self { return f }; return nil }
+}
+
+/// One page of `list_folder` or `list_folder/continue`.
+public struct ListFolderResult: Sendable, Equatable {
+    public var entries: [Metadata]
+    public var cursor: String
+    public var hasMore: Bool
+
+    public init(json: JSON) throws(DropboxError) {
+        guard let entries = json["entries"]?.array else { throw .unexpectedResponse("listing without entries") }
+        var decoded: [Metadata] = []
+        decoded.reserveCapacity(entries.count)
+        for entry in entries { decoded.append(try Metadata(json: entry)) }
+        self.entries = decoded
+        cursor = try json.required("cursor")
+        hasMore = json["has_more"]?.bool ?? false
+    }
+}
+
+/// Answer of `list_folder/longpoll`.
+public struct LongpollResult: Sendable, Equatable {
+    public var changes: Bool
+    /// Seconds the server asks us to wait before the next poll.
+    public var backoff: Int?
+}
+
+/// How a commit treats an existing file (Stone `WriteMode`).
+public enum WriteMode: Sendable, Equatable {
+    case add
+    case overwrite
+    case update(rev: String)
+
+    var json: JSON {
+        switch self {
+        case .add: [".tag": "add"]
+        case .overwrite: [".tag": "overwrite"]
+        case .update(let rev): [".tag": "update", "update": .string(rev)]
+        }
+    }
+}
+
+/// Stone `CommitInfo`: where and how an upload is committed.
+public struct CommitInfo: Sendable, Equatable {
+    public var path: String
+    public var mode: WriteMode
+    public var autorename: Bool
+    /// Sent with whole seconds, as the API stores it.
+    public var clientModified: Date?
+    public var mute: Bool
+    public var strictConflict: Bool
+
+    public init(path: String, mode: WriteMode = .add, autorename: Bool = false, clientModified: Date? = nil,
+                mute: Bool = false, strictConflict: Bool = false) {
+        self.path = path; self.mode = mode; self.autorename = autorename
+        self.clientModified = clientModified; self.mute = mute; self.strictConflict = strictConflict
+    }
+
+    var jsonFields: [String: JSON] {
+        var fields: [String: JSON] = [
+            "path": .string(path), "mode": mode.json, "autorename": .bool(autorename),
+            "mute": .bool(mute), "strict_conflict": .bool(strictConflict),
+        ]
+        if let clientModified { fields["client_modified"] = .string(DropboxTimestamp.format(clientModified)) }
+        return fields
+    }
+}
+
+/// Stone `FullAccount` (the fields a filesystem can use).
+public struct FullAccount: Sendable, Equatable {
+    public struct Name: Sendable, Equatable {
+        public var givenName: String, surname: String, familiarName: String, displayName: String, abbreviatedName: String
+    }
+    public struct RootInfo: Sendable, Equatable {
+        /// `user` or `team`.
+        public var tag: String
+        public var rootNamespaceID: String
+        public var homeNamespaceID: String
+        public var homePath: String?
+    }
+    public var accountID: String
+    public var name: Name
+    public var email: String
+    public var emailVerified: Bool
+    public var disabled: Bool
+    public var locale: String
+    public var referralLink: String
+    public var isPaired: Bool
+    /// `basic`, `pro` or `business`.
+    public var accountType: String
+    public var rootInfo: RootInfo
+    public var country: String?
+
+    public init(json: JSON) throws(DropboxError) {
+        accountID = try json.required("account_id")
+        guard let n = json["name"] else { throw .unexpectedResponse("account without name") }
+        name = Name(givenName: try n.required("given_name"), surname: try n.required("surname"),
+                    familiarName: try n.required("familiar_name"), displayName: try n.required("display_name"),
+                    abbreviatedName: try n.required("abbreviated_name"))
+        email = try json.required("email")
+        emailVerified = json["email_verified"]?.bool ?? false
+        disabled = json["disabled"]?.bool ?? false
+        locale = json["locale"]?.string ?? ""
+        referralLink = json["referral_link"]?.string ?? ""
+        isPaired = json["is_paired"]?.bool ?? false
+        accountType = json["account_type"]?.tag ?? "basic"
+        guard let r = json["root_info"], let rootTag = r.tag else { throw .unexpectedResponse("account without root_info") }
+        rootInfo = RootInfo(tag: rootTag, rootNamespaceID: try r.required("root_namespace_id"),
+                            homeNamespaceID: try r.required("home_namespace_id"), homePath: r["home_path"]?.string)
+        country = json["country"]?.string
+    }
+}
+
+/// Stone `SpaceUsage`.
+public struct SpaceUsage: Sendable, Equatable {
+    public enum Allocation: Sendable, Equatable {
+        case individual(allocated: UInt64)
+        case team(used: UInt64, allocated: UInt64)
+        case other
+    }
+    public var used: UInt64
+    public var allocation: Allocation
+
+    /// Bytes this user may use (for a team, the team's allocation); 0 when unknown.
+    public var allocated: UInt64 {
+        switch allocation {
+        case .individual(let a): a
+        case .team(_, let a): a
+        case .other: 0
+        }
+    }
+
+    public init(json: JSON) throws(DropboxError) {
+        guard let used = json["used"]?.uint64 else { throw .unexpectedResponse("space usage without used") }
+        self.used = used
+        let a = json["allocation"]
+        switch a?.tag {
+        case "individual": allocation = .individual(allocated: a?["allocated"]?.uint64 ?? 0)
+        case "team": allocation = .team(used: a?["used"]?.uint64 ?? 0, allocated: a?["allocated"]?.uint64 ?? 0)
+        default: allocation = .other
+        }
+    }
+}
+
+/// One entry of a `delete_batch` result.
+public enum DeleteBatchEntry: Sendable, Equatable {
+    case success(Metadata)
+    case failure(RouteError)
+}
+
+/// Timestamps in the API's only format, `2015-05-12T15:50:38Z` (UTC, whole seconds).
+public enum DropboxTimestamp {
+    public static func format(_ date: Date) -> String {
+        let seconds = Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
+        return seconds.formatted(.iso8601)
+    }
+    public static func parse(_ text: String) -> Date? {
+        try? Date(text, strategy: .iso8601)
+    }
+}
+
+extension JSON {
+    func required(_ key: String) throws(DropboxError) -> String {
+        guard let value = self[key]?.string else { throw .unexpectedResponse("missing field \(key)") }
+        return value
+    }
+    func requiredDate(_ key: String) throws(DropboxError) -> Date {
+        let text = try required(key)
+        guard let date = DropboxTimestamp.parse(text) else { throw .unexpectedResponse("bad timestamp \(key)=\(text)") }
+        return date
+    }
+}
