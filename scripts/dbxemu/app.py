@@ -1,0 +1,62 @@
+"""The emulator's shared state and its route table.
+
+`App` bundles what every request handler needs: the store, the settings, the counters, the
+token registry, the rate limiter and write gate, and finished async jobs. `ROUTES` maps each
+`/2/<route>` to its style (rpc, upload or download), whether it needs an access token, whether
+it is a write commit (for --write-rate-limit), and the function that serves it.
+"""
+
+import json
+import secrets
+import threading
+from collections import namedtuple
+
+from . import routes_account, routes_files, routes_upload_sessions
+from .errors import RouteError
+from .faults import RateLimiter, Settings, Stats, WriteGate
+from .oauth import TokenRegistry
+from .storage import Store
+
+Route = namedtuple("Route", "style auth write func")
+
+ROUTES = {}
+for module in (routes_files, routes_upload_sessions, routes_account):
+    for name, (style, auth, write, func) in module.ROUTES.items():
+        ROUTES[name] = Route(style, auth, write, func)
+
+JOBS_SCHEMA = "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, result TEXT NOT NULL)"
+
+
+class App:
+    def __init__(self, data_dir, settings, static_tokens, app_key=None, control_token=None):
+        self.store = Store(data_dir)
+        self.settings = Settings(settings)
+        self.stats = Stats()
+        self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
+        self.rate_limiter = RateLimiter(self.settings)
+        self.write_gate = WriteGate(self.settings)
+        self.sessions = routes_upload_sessions.SessionStore(self.store)
+        with self.store.lock:
+            self.store.db.execute(JOBS_SCHEMA)
+        self.control_token = control_token or secrets.token_urlsafe(24)
+        self._lock = threading.Lock()
+
+    def quota(self):
+        return self.settings["quota"] or (2 << 40)
+
+    # Async jobs (delete_batch, finish_batch v1) finish at once; their results wait for /check.
+    def save_job(self, result):
+        job_id = "dbjid:" + secrets.token_urlsafe(30)
+        with self.store.write() as db:
+            db.execute("INSERT INTO jobs (id, result) VALUES (?, ?)", (job_id, json.dumps(result)))
+        return job_id
+
+    def load_job(self, job_id):
+        with self.store.lock:
+            row = self.store.db.execute("SELECT result FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise RouteError({".tag": "invalid_async_job_id"})
+        return json.loads(row[0])
+
+    def close(self):
+        self.store.close()

@@ -1,0 +1,155 @@
+"""Run-time settings (faults and limits) and the per-route request counters.
+
+Settings start from the command line and can be changed at any time through
+POST /_control/config, so one test can switch a fault on and off without a restart.
+A value of 0 or null switches a setting off.
+"""
+
+import random
+import threading
+import time
+from collections import Counter
+
+DEFAULTS = {
+    "latency_ms": 0,         # delay before every API request is handled
+    "bandwidth": 0,          # bytes/s per connection, both directions
+    "fail_rate": 0.0,        # probability of a 500 answer
+    "reset_rate": 0.0,       # probability that the connection is dropped mid-body
+    "rate_limit": 0,         # API requests per second before 429 too_many_requests
+    "write_rate_limit": 0,   # write commits in flight before 429 too_many_write_operations
+    "token_ttl": 0,          # lifetime of OAuth access tokens in seconds (0: Dropbox's 14400)
+    "quota": 0,              # account size in bytes (0: 2 TiB)
+    "longpoll_max_wait": 0,  # cap on how long longpoll really waits, for fast tests (0: no cap)
+    "longpoll_backoff": 0,   # if set, every longpoll answer carries this `backoff`
+}
+FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl"}
+
+
+class Settings:
+    def __init__(self, initial):
+        self._lock = threading.Lock()
+        self._values = dict(DEFAULTS)
+        self.update(initial)
+
+    def update(self, changes):
+        """Validates and applies a dict of changes; raises ValueError on an unknown key or bad value."""
+        clean = {}
+        for key, value in changes.items():
+            if key not in DEFAULTS:
+                raise ValueError(f"unknown setting {key!r}")
+            if value is None:
+                value = DEFAULTS[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{key} must be a non-negative number")
+            if key in ("fail_rate", "reset_rate") and value > 1:
+                raise ValueError(f"{key} is a probability between 0 and 1")
+            clean[key] = float(value) if key in FLOAT_KEYS else int(value)
+        with self._lock:
+            self._values.update(clean)
+
+    def snapshot(self):
+        with self._lock:
+            return dict(self._values)
+
+    def __getitem__(self, key):
+        with self._lock:
+            return self._values[key]
+
+    def roll(self, key):
+        """True with the probability stored under `key`."""
+        p = self[key]
+        return p > 0 and random.random() < p
+
+
+class Stats:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        with self._lock:
+            self._requests = Counter()
+            self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0})
+
+    def count_request(self, route):
+        with self._lock:
+            self._requests[route] += 1
+
+    def count_fault(self, kind):
+        with self._lock:
+            self._faults[kind] += 1
+
+    def snapshot(self):
+        with self._lock:
+            return {"requests": dict(self._requests), "total": sum(self._requests.values()),
+                    "faults": dict(self._faults)}
+
+
+class RateLimiter:
+    """A token bucket holding one second's worth of requests."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._tokens = 0.0
+        self._last = time.monotonic()
+
+    def allow(self):
+        rate = self.settings["rate_limit"]
+        if not rate:
+            return True
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(rate, self._tokens + (now - self._last) * rate)
+            self._last = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return True
+            return False
+
+
+class WriteGate:
+    """Counts write commits in flight; refuses one more than `write_rate_limit`."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._in_flight = 0
+
+    def enter(self):
+        limit = self.settings["write_rate_limit"]
+        with self._lock:
+            if limit and self._in_flight >= limit:
+                return False
+            self._in_flight += 1
+            return True
+
+    def leave(self):
+        with self._lock:
+            self._in_flight -= 1
+
+
+class Throttle:
+    """Paces one connection's bytes to the `bandwidth` setting (checked on every call)."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._start = None
+        self._bytes = 0
+
+    def chunk_size(self, default):
+        rate = self.settings["bandwidth"]
+        return default if not rate else max(1024, min(default, rate // 20))
+
+    def pace(self, nbytes):
+        rate = self.settings["bandwidth"]
+        if not rate:
+            self._start = None
+            return
+        now = time.monotonic()
+        if self._start is None:
+            self._start, self._bytes = now, 0
+        self._bytes += nbytes
+        ahead = self._bytes / rate - (now - self._start)
+        if ahead > 0:
+            time.sleep(ahead)

@@ -1,0 +1,478 @@
+"""The HTTP/1.1 server: request bodies, argument decoding, dispatch, faults, TLS and control.
+
+One ThreadingHTTPServer serves every Dropbox host's routes on one port: `/2/<route>` (rpc,
+upload and download styles), `/oauth2/authorize`, `/oauth2/token`, and the loopback-only
+`/_control/*` endpoint. Connections are kept alive; request bodies may be chunked or sent
+after `Expect: 100-continue` (http.server answers that). Downloads go out with os.sendfile
+unless TLS, a bandwidth cap or a reset fault needs the bytes to pass through Python.
+"""
+
+import json
+import os
+import socket
+import ssl
+import struct
+import sys
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from .app import ROUTES
+from .errors import ApiError, AuthFailure, BadRequest, RateLimited, RouteError
+from .faults import Throttle
+
+IO_CHUNK = 4 * 1024 * 1024
+MAX_RPC_BODY = 64 * 1024 * 1024
+JSON_TYPES = ("application/json", "application/json; charset=utf-8", "text/plain; charset=dropbox-cors-hack")
+UPLOAD_TYPES = ("application/octet-stream", "text/plain; charset=dropbox-cors-hack")
+
+
+class ConnectionAborted(Exception):
+    """Raised after the reset fault has torn the connection down."""
+
+
+class RequestBody:
+    """The request body as a stream: Content-Length or chunked, paced by the throttle."""
+
+    def __init__(self, rfile, headers, throttle):
+        self.rfile = rfile
+        self.throttle = throttle
+        self.chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+        self.length = None if self.chunked else int(headers.get("Content-Length") or 0)
+        self.remaining = self.length
+        self.chunk_left = 0
+        self.done = not self.chunked and self.length == 0
+        self.total_read = 0
+
+    def _read_chunk_header(self):
+        line = self.rfile.readline(65537)
+        if not line:
+            raise ConnectionError("client closed the connection inside a chunked body")
+        size = int(line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            self.done = True
+        self.chunk_left = size
+
+    def readinto(self, view):
+        """Fills up to len(view) bytes; returns 0 at the end of the body."""
+        if self.done or len(view) == 0:
+            return 0
+        if self.chunked:
+            if self.chunk_left == 0:
+                self._read_chunk_header()
+                if self.done:
+                    return 0
+            want = min(len(view), self.chunk_left)
+        else:
+            want = min(len(view), self.remaining)
+        want = self.throttle.chunk_size(want)
+        n = self.rfile.readinto(view[:want])
+        if not n:
+            raise ConnectionError("client closed the connection inside the body")
+        if self.chunked:
+            self.chunk_left -= n
+            if self.chunk_left == 0:
+                self.rfile.readline(3)
+        else:
+            self.remaining -= n
+            self.done = self.remaining == 0
+        self.total_read += n
+        self.throttle.pace(n)
+        return n
+
+    def read_all(self, limit):
+        parts, buf = [], bytearray(min(IO_CHUNK, max(self.length or IO_CHUNK, 1)))
+        view = memoryview(buf)
+        while True:
+            n = self.readinto(view)
+            if not n:
+                return b"".join(parts)
+            if self.total_read > limit:
+                raise BadRequest("request body: too large")
+            parts.append(bytes(view[:n]))
+
+    def drain(self):
+        buf = memoryview(bytearray(1 << 20))
+        while self.readinto(buf):
+            pass
+
+
+class Call:
+    """One API request as route functions see it."""
+
+    def __init__(self, app, route, arg, body, token, handler, reset):
+        self.app = app
+        self.route = route
+        self.arg = arg
+        self.body = body
+        self.token = token
+        self.handler = handler
+        self.reset = reset  # the reset fault fired: drop the connection mid-body
+
+    def abort_mid_upload(self):
+        """For upload routes under the reset fault: read part of the body, then drop."""
+        if self.reset:
+            half = memoryview(bytearray(max(1, min(IO_CHUNK, (self.body.length or 2) // 2))))
+            self.body.readinto(half)
+            self.handler.abort_connection()
+
+
+class Download:
+    """What a download route returns: metadata for the header and the file to send."""
+
+    def __init__(self, result, file, size, etag):
+        self.result = result
+        self.file = file
+        self.size = size
+        self.etag = etag
+
+
+def parse_range(header, size):
+    """(start, end_inclusive) for a single `bytes=` range; None to send everything; 'bad' if unsatisfiable."""
+    if not header or not header.strip().lower().startswith("bytes="):
+        return None
+    spec = header.strip()[6:].split(",")[0].strip()
+    first, _, last = spec.partition("-")
+    try:
+        if first == "":
+            n = int(last)
+            if n <= 0:
+                return "bad"
+            return max(0, size - n), size - 1
+        start = int(first)
+        end = int(last) if last else size - 1
+    except ValueError:
+        return None
+    if start >= size or end < start:
+        return "bad"
+    return start, min(end, size - 1)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dbx-emulator/1"
+
+    def version_string(self):
+        return self.server_version
+
+    def setup(self):
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        self.throttle = Throttle(self.server.app.settings)
+
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
+            sys.stderr.write("%s - %s\n" % (self.address_string(), fmt % args))
+
+    def do_GET(self):
+        self.dispatch()
+
+    def do_POST(self):
+        self.dispatch()
+
+    def do_OPTIONS(self):
+        self.send_bytes(200, b"", "text/plain")
+
+    # ----- low-level answers -----
+    def send_bytes(self, status, body, content_type, headers=None, reset=False):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Dropbox-Request-Id", uuid.uuid4().hex)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        # Headers and a small body in one write: fewer packets, no Nagle/delayed-ACK stalls.
+        self._headers_buffer.append(b"\r\n")
+        if reset:
+            self._headers_buffer.append(body[: len(body) // 2])
+            self.flush_headers()
+            self.abort_connection()
+        self._headers_buffer.append(body)
+        self.flush_headers()
+
+    def send_json(self, status, obj, headers=None, reset=False):
+        body = json.dumps(obj).encode()
+        self.send_bytes(status, body, "application/json", headers, reset)
+
+    def send_text(self, status, text):
+        self.send_bytes(status, text.encode(), "text/plain; charset=utf-8")
+
+    def abort_connection(self):
+        """Drops the connection at once with a TCP RST, so the client sees a truncated body."""
+        try:
+            self.wfile.flush()
+        except OSError:
+            pass
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.close_connection = True
+        raise ConnectionAborted()
+
+    def send_error_for(self, err, route):
+        if isinstance(err, BadRequest):
+            self.send_text(400, f'Error in call to API function "{route}": {err.text}')
+        elif isinstance(err, RateLimited):
+            self.send_json(429, err.body(), {"Retry-After": str(err.retry_after)})
+        elif isinstance(err, (RouteError, AuthFailure)):
+            self.send_json(err.status, err.body())
+        else:
+            self.send_text(500, "Internal Server Error")
+
+    # ----- dispatch -----
+    def dispatch(self):
+        app = self.server.app
+        url = urlsplit(self.path)
+        query = parse_qs(url.query, keep_blank_values=True)
+        body = RequestBody(self.rfile, self.headers, self.throttle)
+        try:
+            if url.path.startswith("/_control/"):
+                self.handle_control(url.path, body)
+            elif url.path == "/oauth2/authorize":
+                app.stats.count_request("oauth2/authorize")
+                self.send_response_object(app.tokens.authorize(url.query))
+            elif url.path == "/oauth2/token":
+                app.stats.count_request("oauth2/token")
+                form = body.read_all(1 << 20).decode("utf-8", "replace") or url.query
+                self.send_response_object(app.tokens.token(form, self.headers.get("Authorization")))
+            elif url.path.startswith("/2/"):
+                self.handle_api(url.path[3:], query, body)
+            else:
+                self.send_text(404, "Not Found")
+            if not body.done:
+                body.drain()
+        except ConnectionAborted:
+            return
+        except (ConnectionError, ssl.SSLError, TimeoutError):
+            self.close_connection = True
+
+    def send_response_object(self, resp):
+        self.send_bytes(resp.status, resp.body, resp.content_type, resp.headers)
+
+    def handle_api(self, route_name, query, body):
+        app = self.server.app
+        app.stats.count_request(route_name)
+        route = ROUTES.get(route_name)
+        if route is None:
+            body.drain()
+            self.send_text(404, f'Unknown API function: "{route_name}"')
+            return
+        settings = app.settings
+        latency = settings["latency_ms"]
+        if latency:
+            time.sleep(latency / 1000.0)
+        if not app.rate_limiter.allow():
+            app.stats.count_fault("rate_limited")
+            body.drain()
+            self.send_error_for(RateLimited("too_many_requests", 1), route_name)
+            return
+        if settings.roll("fail_rate"):
+            app.stats.count_fault("fail")
+            body.drain()
+            self.send_text(500, "Internal Server Error (injected fault)")
+            return
+        reset = settings.roll("reset_rate")
+        if reset:
+            app.stats.count_fault("reset")
+        entered_gate = False
+        try:
+            token = None
+            if route.auth:
+                token = self.bearer_token(query)
+                app.tokens.check(token)
+            if route.write:
+                if not app.write_gate.enter():
+                    app.stats.count_fault("write_limited")
+                    raise RateLimited("too_many_write_operations", 1)
+                entered_gate = True
+            arg = self.decode_arg(route, query, body)
+            call = Call(app, route_name, arg, body, token, self, reset)
+            if route.style == "upload":
+                call.abort_mid_upload()
+            result = route.func(call)
+            if route.style == "download":
+                self.send_download(result, reset)
+            else:
+                if not body.done:
+                    body.drain()
+                self.send_json(200, result, reset=reset)
+        except ApiError as err:
+            if isinstance(err, AuthFailure) and err.tag == "expired_access_token":
+                app.stats.count_fault("expired")
+            if not body.done:
+                body.drain()
+            self.send_error_for(err, route_name)
+        finally:
+            if entered_gate:
+                app.write_gate.leave()
+
+    def bearer_token(self, query):
+        header = self.headers.get("Authorization")
+        if header is None and "authorization" in query:
+            header = query["authorization"][0]
+        if header is None:
+            raise BadRequest('Must provide HTTP header "Authorization" or URL parameter "authorization".')
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise BadRequest('Invalid authorization value in HTTP header "Authorization": "%s".  '
+                             'Expecting "Bearer <oauth2-access-token>".' % header)
+        return token.strip()
+
+    def decode_arg(self, route, query, body):
+        content_type = (self.headers.get("Content-Type") or "").strip()
+        if route.style == "rpc":
+            if content_type and content_type.lower() not in JSON_TYPES:
+                raise BadRequest(f'Bad HTTP "Content-Type" header: "{content_type}".  Expecting one of '
+                                 '"application/json", "text/plain; charset=dropbox-cors-hack".')
+            raw = body.read_all(MAX_RPC_BODY)
+            if not raw.strip():
+                return None
+            try:
+                return json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                raise BadRequest("request body: could not decode input as JSON")
+        if route.style == "upload" and content_type.lower() not in UPLOAD_TYPES:
+            raise BadRequest(f'Bad HTTP "Content-Type" header: "{content_type}".  Expecting one of '
+                             '"application/octet-stream", "text/plain; charset=dropbox-cors-hack".')
+        header = self.headers.get("Dropbox-API-Arg")
+        if header is not None:
+            # http.client decoded the header bytes as Latin-1; undo that so raw UTF-8 works too.
+            try:
+                text = header.encode("latin-1").decode("utf-8")
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                text = header
+            source = 'HTTP header "Dropbox-API-Arg"'
+        elif "arg" in query:
+            text, source = query["arg"][0], 'URL parameter "arg"'
+        else:
+            raise BadRequest('Must provide HTTP header "Dropbox-API-Arg" or URL parameter "arg".')
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise BadRequest(f"{source}: could not decode input as JSON")
+
+    def send_download(self, dl, reset):
+        with dl.file:
+            self._send_download(dl, reset)
+
+    def _send_download(self, dl, reset):
+        result = json.dumps(dl.result, ensure_ascii=True)
+        if dl.etag and self.headers.get("If-None-Match") == dl.etag:
+            self.send_response(304)
+            self.send_header("Dropbox-API-Result", result)
+            self.send_header("ETag", dl.etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        rng = parse_range(self.headers.get("Range"), dl.size)
+        if rng == "bad":
+            self.send_bytes(416, b"", "text/plain", {"Content-Range": f"bytes */{dl.size}"})
+            return
+        start, end = rng if rng else (0, dl.size - 1)
+        length = max(0, end - start + 1)
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Dropbox-API-Result", result)
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("X-Dropbox-Request-Id", uuid.uuid4().hex)
+        if dl.etag:
+            self.send_header("ETag", dl.etag)
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{dl.size}")
+        self.end_headers()
+        limit = length // 2 if reset else length
+        f = dl.file
+        sent = 0
+        plain_socket = not isinstance(self.connection, ssl.SSLSocket)
+        if plain_socket and not self.server.app.settings["bandwidth"] and not reset:
+            out = self.connection.fileno()
+            while sent < limit:
+                n = os.sendfile(out, f.fileno(), start + sent, min(limit - sent, 1 << 30))
+                if n == 0:
+                    break
+                sent += n
+        else:
+            f.seek(start)
+            while sent < limit:
+                chunk = f.read(self.throttle.chunk_size(min(IO_CHUNK, limit - sent)))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                self.throttle.pace(len(chunk))
+        if reset:
+            self.abort_connection()
+
+    # ----- /_control -----
+    def handle_control(self, path, body):
+        app = self.server.app
+        host = self.client_address[0]
+        if host not in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+            self.send_text(403, "control endpoint is loopback-only")
+            return
+        if self.headers.get("Authorization", "") != "Bearer " + app.control_token:
+            body.drain()
+            self.send_text(401, "control endpoint needs Authorization: Bearer <control token>")
+            return
+        raw = body.read_all(1 << 20)
+        if path == "/_control/config":
+            if self.command == "POST":
+                try:
+                    changes = json.loads(raw or b"{}")
+                    if not isinstance(changes, dict):
+                        raise ValueError("expected a JSON object")
+                    app.settings.update(changes)
+                except ValueError as err:
+                    self.send_text(400, f"bad config: {err}")
+                    return
+            self.send_json(200, app.settings.snapshot())
+        elif path == "/_control/stats":
+            self.send_json(200, app.stats.snapshot())
+        elif path == "/_control/stats/reset" and self.command == "POST":
+            app.stats.reset()
+            self.send_json(200, app.stats.snapshot())
+        elif path == "/_control/reset_cursors" and self.command == "POST":
+            app.store.invalidate_cursors()
+            self.send_json(200, {"epoch": app.store.epoch})
+        else:
+            self.send_text(404, "unknown control request")
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    allow_reuse_address = True
+
+    def __init__(self, address, app, tls_cert=None, tls_key=None, verbose=False):
+        host = address[0]
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__(address, Handler)
+        self.app = app
+        self.verbose = verbose
+        self.scheme = "http"
+        if tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_cert, tls_key)
+            # Handshake in the connection's own thread, not in the accept loop.
+            self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+            self.scheme = "https"
+
+    def handle_error(self, request, client_address):
+        if self.verbose:
+            super().handle_error(request, client_address)
+
+    @property
+    def url(self):
+        host, port = self.server_address[:2]
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{port}"

@@ -1,0 +1,94 @@
+"""The command line of scripts/dbx-emulator (the contract is in docs/EMULATOR.md)."""
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+from .app import App
+from .hashing import content_hash_of_file
+from .http_server import Server
+from .storage import TIMESTAMP_FORMAT
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="dbx-emulator", description="Emulator of the Dropbox HTTP API v2.")
+    p.add_argument("--data", required=True, help="directory holding the account (created if missing)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--token", action="append", default=[], help="a long-lived access token (repeatable)")
+    p.add_argument("--control-token", help="token for /_control (default: random, written to DATA/control-token)")
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
+    p.add_argument("--seed", help="import this local tree at start")
+    p.add_argument("--latency-ms", type=float, default=0)
+    p.add_argument("--bandwidth", type=int, default=0, help="bytes per second per connection")
+    p.add_argument("--fail-rate", type=float, default=0.0)
+    p.add_argument("--reset-rate", type=float, default=0.0)
+    p.add_argument("--rate-limit", type=float, default=0, help="requests per second")
+    p.add_argument("--write-rate-limit", type=int, default=0, help="write commits in flight")
+    p.add_argument("--token-ttl", type=float, default=0, help="seconds an OAuth access token lives")
+    p.add_argument("--quota", type=int, default=0, help="account size in bytes")
+    p.add_argument("--app-key", help="the only accepted OAuth client_id (default: any)")
+    p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    args = p.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    return args
+
+
+def import_seed(app, src):
+    """Copies a local tree into the account (identical files are left alone)."""
+    store = app.store
+    src = os.path.abspath(src)
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, src)
+        base = "" if rel == "." else "/" + rel.replace(os.sep, "/")
+        for d in dirnames:
+            with store.lock:
+                target = store.resolve(base + "/" + d, write=True)
+                if target.row is None:
+                    store.create_folder(target, False)
+        for name in sorted(filenames):
+            local = os.path.join(dirpath, name)
+            temp = store.new_temp_path()
+            shutil.copyfile(local, temp)
+            mtime = time.strftime(TIMESTAMP_FORMAT, time.gmtime(os.stat(local).st_mtime))
+            with store.lock:
+                target = store.resolve(base + "/" + name, write=True)
+                store.commit_file(target, ("overwrite", None), False, mtime, False, temp,
+                                  os.path.getsize(temp), content_hash_of_file(temp))
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.makedirs(args.data, exist_ok=True)
+    settings = {"latency_ms": args.latency_ms, "bandwidth": args.bandwidth, "fail_rate": args.fail_rate,
+                "reset_rate": args.reset_rate, "rate_limit": args.rate_limit,
+                "write_rate_limit": args.write_rate_limit, "token_ttl": args.token_ttl, "quota": args.quota}
+    app = App(args.data, settings, args.token, args.app_key, args.control_token)
+    token_file = os.path.join(args.data, "control-token")
+    with open(token_file + ".tmp", "w") as f:
+        f.write(app.control_token + "\n")
+    os.chmod(token_file + ".tmp", 0o600)
+    os.replace(token_file + ".tmp", token_file)
+    if args.seed:
+        import_seed(app, args.seed)
+    server = Server((args.host, args.port), app, args.tls_cert, args.tls_key, args.verbose)
+
+    def stop(signum, frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"listening on {server.url}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        app.close()
+    return 0

@@ -1,0 +1,388 @@
+"""files/* routes: metadata, listing and cursors, longpoll, download, upload, delete, move, copy.
+
+Every route function takes a `Call` (see http_server) and returns the JSON result, or a
+`Download` for the download style. Errors are raised as the exceptions in `errors`.
+"""
+
+import os
+import time
+
+from . import cursors, paths
+from .cursors import CHANGES, LIST, LIST_DELETED, Cursor
+from .errors import BadRequest, RouteError, lookup_error, write_error
+from .hashing import ContentHasher
+from .storage import check_timestamp, deleted_metadata, metadata
+
+MAX_UPLOAD_REQUEST = 150 * 1024 * 1024
+IO_CHUNK = 4 * 1024 * 1024
+DEFAULT_PAGE = 2000
+
+
+# ----- argument helpers -----
+def args(call):
+    if call.arg is None:
+        return {}
+    if not isinstance(call.arg, dict):
+        raise BadRequest("request body: expected an object")
+    return call.arg
+
+
+def get_field(arg, name, kind, default=None, required=False):
+    if name not in arg or arg[name] is None:
+        if required:
+            raise BadRequest(f'request body: missing required field "{name}"')
+        return default
+    value = arg[name]
+    if kind is bool and not isinstance(value, bool):
+        raise BadRequest(f"request body: {name}: expected boolean, got {type(value).__name__}")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise BadRequest(f"request body: {name}: expected integer, got {type(value).__name__}")
+    if kind is str and not isinstance(value, str):
+        raise BadRequest(f"request body: {name}: expected string, got {type(value).__name__}")
+    return value
+
+
+def parse_write_mode(value):
+    """('add'|'overwrite'|'update', rev or None) from a WriteMode union value."""
+    if value is None:
+        return "add", None
+    if isinstance(value, str):
+        value = {".tag": value}
+    if not isinstance(value, dict):
+        raise BadRequest("request body: mode: expected a union")
+    tag = value.get(".tag")
+    if tag in ("add", "overwrite"):
+        return tag, None
+    if tag == "update":
+        rev = value.get("update")
+        if not isinstance(rev, str) or len(rev) < 9:
+            raise BadRequest("request body: mode.update: expected a rev")
+        return tag, rev
+    raise BadRequest(f"request body: mode: unknown tag '{tag}'")
+
+
+def parse_commit(arg):
+    """CommitInfo fields: (path, mode, autorename, client_modified, strict_conflict)."""
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "write")
+    mode = parse_write_mode(arg.get("mode"))
+    client_modified = get_field(arg, "client_modified", str)
+    if client_modified is not None:
+        check_timestamp(client_modified, "client_modified")
+    return (path, mode, get_field(arg, "autorename", bool, False), client_modified,
+            get_field(arg, "strict_conflict", bool, False))
+
+
+def receive_to_file(call, file_path, offset=0, hashers=(), limit=MAX_UPLOAD_REQUEST, too_large_error=None):
+    """Streams the request body into file_path at offset; returns the number of bytes.
+
+    Reads in 4 MiB pieces, feeding every hasher. A body over `limit` raises
+    `too_large_error` (payload_too_large) after draining the rest.
+    """
+    body = call.body
+    if body.length is not None and body.length > limit:
+        body.drain()
+        raise too_large_error or RouteError({".tag": "payload_too_large"})
+    buf = bytearray(IO_CHUNK)
+    view = memoryview(buf)
+    flags = os.O_WRONLY | os.O_CREAT
+    fd = os.open(file_path, flags, 0o644)
+    written = 0
+    try:
+        while True:
+            n = body.readinto(view)
+            if not n:
+                break
+            if written + n > limit:
+                body.drain()
+                raise too_large_error or RouteError({".tag": "payload_too_large"})
+            chunk = view[:n]
+            for hasher in hashers:
+                hasher.update(chunk)
+            pos = 0
+            while pos < n:
+                pos += os.pwrite(fd, chunk[pos:], offset + written + pos)
+            written += n
+    finally:
+        os.close(fd)
+    return written
+
+
+def verify_hash(arg, hasher):
+    expected = arg.get("content_hash")
+    if expected is not None and expected != hasher.hexdigest():
+        raise RouteError({".tag": "content_hash_mismatch"})
+
+
+# ----- metadata -----
+def get_metadata(call):
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "read")
+    store = call.app.store
+    with store.lock:
+        if path.startswith("rev:"):
+            rev = store.get_revision(path[4:])
+            if rev is None:
+                raise lookup_error("not_found")
+            return metadata(rev)
+        target = store.resolve(path)
+        if target.row is None:
+            if get_field(arg, "include_deleted", bool, False):
+                tomb = store.db.execute("SELECT * FROM tombstones WHERE path_lower = ?",
+                                        (target.path_lower,)).fetchone()
+                if tomb is not None:
+                    return deleted_metadata(tomb)
+            raise lookup_error("not_found")
+        return metadata(target.row)
+
+
+# ----- listing -----
+def listing_page(store, cursor):
+    """One page for a cursor; returns the ListFolderResult."""
+    limit = cursor.limit
+    with store.lock:
+        if cursor.phase in (LIST, LIST_DELETED):
+            table = "entries" if cursor.phase == LIST else "tombstones"
+            rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1)
+            more = len(rows) > limit
+            rows = rows[:limit]
+            render = metadata if cursor.phase == LIST else deleted_metadata
+            entries = [render(r) for r in rows]
+            if more:
+                nxt, has_more = cursor.copy(after=rows[-1]["path_lower"]), True
+            elif cursor.phase == LIST and cursor.include_deleted:
+                nxt, has_more = cursor.copy(phase=LIST_DELETED, after=""), True
+            else:
+                nxt, has_more = cursor.copy(phase=CHANGES, after="", position=cursor.start_seq), False
+        else:
+            changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
+            has_more = len(changed) > limit
+            changed = changed[:limit]
+            entries = [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed]
+            nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
+        return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
+
+
+def start_cursor(call):
+    """Validates list_folder-style arguments; returns a fresh LIST cursor."""
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "list")
+    limit = get_field(arg, "limit", int)
+    if limit is not None and not 1 <= limit <= 2000:
+        raise BadRequest(f"request body: limit: {limit} is not within range [1, 2000]")
+    store = call.app.store
+    with store.lock:
+        target = store.resolve(path)
+        if not target.is_root:
+            if target.row is None:
+                raise lookup_error("not_found")
+            if not target.row["is_folder"]:
+                raise lookup_error("not_folder")
+        return Cursor(store.epoch, "" if target.is_root else target.row["path_lower"],
+                      get_field(arg, "recursive", bool, False), get_field(arg, "include_deleted", bool, False),
+                      limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq)
+
+
+def list_folder(call):
+    return listing_page(call.app.store, start_cursor(call))
+
+
+def list_folder_continue(call):
+    arg = args(call)
+    store = call.app.store
+    cursor = cursors.decode(get_field(arg, "cursor", str, required=True), store.secret, store.epoch)
+    return listing_page(store, cursor)
+
+
+def get_latest_cursor(call):
+    cursor = start_cursor(call)
+    store = call.app.store
+    with store.lock:
+        latest = cursor.copy(phase=CHANGES, position=store.seq)
+        return {"cursor": cursors.encode(latest, store.secret)}
+
+
+def longpoll(call):
+    arg = args(call)
+    store = call.app.store
+    timeout = get_field(arg, "timeout", int, 30)
+    if not 30 <= timeout <= 480:
+        raise BadRequest(f"request body: timeout: {timeout} is not within range [30, 480]")
+    cursor = cursors.decode(get_field(arg, "cursor", str, required=True), store.secret, store.epoch)
+    cap = call.app.settings["longpoll_max_wait"]
+    deadline = time.monotonic() + (min(timeout, cap) if cap else timeout)
+    changes = cursor.phase != CHANGES
+    with store.changed:
+        while not changes:
+            with store.lock:
+                if store.epoch != cursor.epoch:
+                    raise RouteError({".tag": "reset"})
+                changes = store.has_changes(cursor.path_lower, cursor.recursive, cursor.position)
+            remaining = deadline - time.monotonic()
+            if changes or remaining <= 0:
+                break
+            store.changed.wait(remaining)
+    result = {"changes": changes}
+    backoff = call.app.settings["longpoll_backoff"]
+    if backoff:
+        result["backoff"] = backoff
+    return result
+
+
+# ----- content -----
+def download(call):
+    from .http_server import Download
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "read")
+    rev = get_field(arg, "rev", str)
+    store = call.app.store
+    with store.lock:
+        if path.startswith("rev:") or rev:
+            row = store.get_revision(path[4:] if path.startswith("rev:") else rev)
+            if row is None:
+                raise lookup_error("not_found")
+        else:
+            row = store.resolve(path).row
+            if row is None:
+                raise lookup_error("not_found")
+            if row["is_folder"]:
+                raise lookup_error("not_file")
+        md = metadata(row, tag=False)
+        # Opened under the lock: the data stays readable even if a concurrent overwrite
+        # prunes this revision's blob right after.
+        return Download(md, open(store.blob_path(row["blob"]), "rb"), row["size"], row["rev"])
+
+
+def upload_write_failed(err):
+    """files/upload wraps a WriteError in UploadWriteFailed {reason, upload_session_id}."""
+    if isinstance(err, RouteError) and err.error.get(".tag") == "path" and "path" in err.error:
+        return RouteError({".tag": "path", "reason": err.error["path"], "upload_session_id": "pid_upload_session:"})
+    return err
+
+
+def upload(call):
+    arg = args(call)
+    store = call.app.store
+    try:
+        path, mode, autorename, client_modified, strict = parse_commit(arg)
+        with store.lock:
+            target = store.resolve(path, write=True)
+    except RouteError as err:
+        raise upload_write_failed(err)
+    temp = store.new_temp_path()
+    hasher = ContentHasher()
+    try:
+        size = receive_to_file(call, temp, hashers=(hasher,))
+        verify_hash(arg, hasher)
+        try:
+            with store.lock:
+                target = store.resolve(path, write=True)
+                row = store.commit_file(target, mode, autorename, client_modified, strict, temp, size,
+                                        hasher.hexdigest(), quota=call.app.quota())
+        except RouteError as err:
+            raise upload_write_failed(err)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+    return metadata(row, tag=False)
+
+
+# ----- namespace changes -----
+def delete_one(app, arg):
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "write")
+    parent_rev = get_field(arg, "parent_rev", str)
+    store = app.store
+    with store.lock:
+        target = store.resolve(path, wrapper="path_lookup")
+        if target.row is None:
+            raise lookup_error("not_found", "path_lookup")
+        if parent_rev is not None and (target.row["is_folder"] or target.row["rev"] != parent_rev):
+            raise write_error("conflict", "path_write", "file")
+        return {"metadata": metadata(store.delete(target.row))}
+
+
+def delete_v2(call):
+    return delete_one(call.app, args(call))
+
+
+def batch_entries(arg, limit=1000):
+    entries = get_field(arg, "entries", list, required=True)
+    if not isinstance(entries, list) or len(entries) > limit:
+        raise BadRequest(f"request body: entries: expected a list of at most {limit} items")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise BadRequest("request body: entries: expected objects")
+    return entries
+
+
+def delete_batch(call):
+    results = []
+    for entry in batch_entries(args(call)):
+        try:
+            results.append({".tag": "success", **delete_one(call.app, entry)})
+        except RouteError as err:
+            results.append({".tag": "failure", "failure": err.error})
+    return {".tag": "async_job_id", "async_job_id": call.app.save_job({".tag": "complete", "entries": results})}
+
+
+def job_check(call):
+    job_id = get_field(args(call), "async_job_id", str, required=True)
+    return call.app.load_job(job_id)
+
+
+def create_folder_v2(call):
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "write_path")
+    store = call.app.store
+    with store.lock:
+        target = store.resolve(path, write=True)
+        row = store.create_folder(target, get_field(arg, "autorename", bool, False))
+    return {"metadata": metadata(row, tag=False)}
+
+
+def relocate(call, copy):
+    arg = args(call)
+    from_path = get_field(arg, "from_path", str, required=True)
+    to_path = get_field(arg, "to_path", str, required=True)
+    paths.check_pattern("from_path", from_path, "write")
+    paths.check_pattern("to_path", to_path, "write")
+    store = call.app.store
+    with store.lock:
+        src = store.resolve(from_path, wrapper="from_lookup")
+        if src.row is None:
+            raise lookup_error("not_found", "from_lookup")
+        dst = store.resolve(to_path, wrapper="to", write=True)
+        row = store.relocate(src.row, dst, get_field(arg, "autorename", bool, False), copy,
+                             quota=call.app.quota())
+    return {"metadata": metadata(row)}
+
+
+def move_v2(call):
+    return relocate(call, copy=False)
+
+
+def copy_v2(call):
+    return relocate(call, copy=True)
+
+
+# name: (style, needs auth, is a write commit, function)
+ROUTES = {
+    "files/get_metadata": ("rpc", True, False, get_metadata),
+    "files/list_folder": ("rpc", True, False, list_folder),
+    "files/list_folder/continue": ("rpc", True, False, list_folder_continue),
+    "files/list_folder/get_latest_cursor": ("rpc", True, False, get_latest_cursor),
+    "files/list_folder/longpoll": ("rpc", False, False, longpoll),
+    "files/download": ("download", True, False, download),
+    "files/upload": ("upload", True, True, upload),
+    "files/delete_v2": ("rpc", True, True, delete_v2),
+    "files/delete_batch": ("rpc", True, True, delete_batch),
+    "files/delete_batch/check": ("rpc", True, False, job_check),
+    "files/create_folder_v2": ("rpc", True, True, create_folder_v2),
+    "files/move_v2": ("rpc", True, True, move_v2),
+    "files/copy_v2": ("rpc", True, True, copy_v2),
+}
