@@ -1,0 +1,127 @@
+/// `BlockStore`: where a read gets its bytes. A block comes from memory, else from the disk
+/// cache, else from one ranged download; concurrent requests for one block share a single fetch
+/// (single-flight). Demand fetches run on the calling FUSE thread (no hand-off latency);
+/// read-ahead fetches run on the store's bounded worker pool, in parallel. Downloaded blocks are
+/// handed to a separate disk-writer thread, so no reader waits for the disk cache.
+import Foundation
+import Synchronization
+
+final class BlockStore: Sendable {
+    let memory: MemoryBlockCache
+    let disk: DiskBlockCache?
+    private let flights = SingleFlight<BlockKey, [UInt8]>()
+    private let readAheadPool: WorkerPool
+    private let diskWriter: WorkerPool
+    /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`).
+    private let pendingDiskBytes = Atomic<Int>(0)
+    private let remote: any RemoteStore
+    private let config: VFSConfig
+    private let log: Logger
+
+    init(remote: any RemoteStore, config: VFSConfig, disk: DiskBlockCache?, log: Logger) {
+        self.remote = remote
+        self.config = config
+        self.disk = disk
+        self.log = log
+        memory = MemoryBlockCache(budget: config.memoryCacheBytes)
+        readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
+        diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 1)
+    }
+
+    /// The block's bytes, waiting for a fetch already under way if there is one.
+    func block(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+        if let block = memory.get(request.key) { return block }
+        let deadline = Date(timeIntervalSinceNow: config.readTimeout)
+        do throws(Errno) {
+            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request) }
+        } catch .timedOut {
+            log.error("read of \(request.path): block \(request.key.index) not fetched within \(config.readTimeout) s")
+            throw .io
+        }
+    }
+
+    /// Starts fetching the block in the background unless it is cached or already on its way.
+    func prefetch(_ request: BlockRequest) {
+        if memory.contains(request.key) || flights.isRunning(request.key) { return }
+        readAheadPool.submit { [self] in
+            flights.runIfIdle(request.key) { () throws(Errno) in try load(request) }
+        }
+    }
+
+    /// Drops every cached block of one revision of a file (memory and disk).
+    func purge(fileID: String, rev: String) {
+        memory.purge(fileID: fileID, rev: rev)
+        diskWriter.waitUntilIdle()   // a queued write must not resurrect a purged block
+        disk?.purge(fileID: fileID, rev: rev)
+    }
+
+    /// Waits for background fetches and disk writes to finish (tests, shutdown).
+    func waitUntilIdle() {
+        readAheadPool.waitUntilIdle()
+        diskWriter.waitUntilIdle()
+    }
+
+    func shutdown() {
+        readAheadPool.stop()
+        diskWriter.stop()
+    }
+
+    private func load(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+        if let block = memory.get(request.key) { return block }   // fetched while we queued
+        if let disk, let block = disk.read(request.key, length: request.length) {
+            memory.put(request.key, block)
+            return block
+        }
+        let block = try download(request)
+        memory.put(request.key, block)
+        scheduleDiskWrite(request.key, block)
+        return block
+    }
+
+    /// One ranged download straight into the block's buffer (the only copy on the way in).
+    private func download(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+        let length = request.length
+        var failure: RemoteError?
+        var received = 0
+        let block = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
+            do throws(RemoteError) {
+                try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
+                    guard received + chunk.count <= length else { return false }
+                    if let source = chunk.baseAddress, chunk.count > 0 {
+                        (buffer.baseAddress! + received).update(from: source.assumingMemoryBound(to: UInt8.self), count: chunk.count)
+                    }
+                    received += chunk.count
+                    return true
+                }
+            } catch {
+                failure = error
+            }
+            initialized = received
+        }
+        let range = "bytes \(request.range.lowerBound)..<\(request.range.upperBound)"
+        if let failure {
+            log.error("read of \(request.path) (rev \(request.key.rev)) \(range) failed: \(failure)")
+            throw .io
+        }
+        guard received == length else {
+            log.error("read of \(request.path) (rev \(request.key.rev)) \(range) failed: got \(received) bytes")
+            throw .io
+        }
+        return block
+    }
+
+    private func scheduleDiskWrite(_ key: BlockKey, _ block: [UInt8]) {
+        guard let disk else { return }
+        let size = block.count
+        let pending = pendingDiskBytes.add(size, ordering: .relaxed).newValue
+        guard pending <= config.diskWriteQueueBytes else {
+            pendingDiskBytes.subtract(size, ordering: .relaxed)
+            return
+        }
+        let submitted = diskWriter.submit { [self] in
+            disk.write(key, block)
+            pendingDiskBytes.subtract(size, ordering: .relaxed)
+        }
+        if !submitted { pendingDiskBytes.subtract(size, ordering: .relaxed) }
+    }
+}

@@ -1,0 +1,181 @@
+/// `InodeTable`: the node tree and the FUSE inode protocol. It hands out inode numbers (1 is the
+/// root, numbers are never reused), keeps each node's lookup count, and decides when a node may
+/// be dropped: only once it is both out of the tree and forgotten by the kernel.
+///
+/// A plain value type with no lock: `MetadataCache` owns the only instance and touches it with
+/// its lock held. Every operation is O(1) or O(path depth), except detaching a folder (O(subtree))
+/// and `sweep` (O(children) or O(nodes)), which listings need anyway.
+import Foundation
+
+struct InodeTable {
+    private(set) var nodes: [InodeNumber: Node] = [:]
+    private var nextIno: InodeNumber = rootInode + 1
+    /// Bumped by every complete listing, for mark-and-sweep.
+    private var currentGeneration: UInt64 = 0
+
+    init() {
+        nodes[rootInode] = Node(ino: rootInode, parent: 0, name: "", key: "", kind: .directory, id: nil)
+    }
+
+    subscript(ino: InodeNumber) -> Node? { nodes[ino] }
+
+    var count: Int { nodes.count }
+
+    mutating func newGeneration() -> UInt64 {
+        currentGeneration += 1
+        return currentGeneration
+    }
+
+    func child(of parent: InodeNumber, key: String) -> InodeNumber? { nodes[parent]?.children[key] }
+
+    /// The node at a lowercased path relative to the mount root ("" is the root).
+    func resolve(pathLower: String) -> InodeNumber? {
+        var ino = rootInode
+        for component in pathLower.split(separator: "/", omittingEmptySubsequences: true) {
+            guard let next = nodes[ino]?.children[String(component)] else { return nil }
+            ino = next
+        }
+        return ino
+    }
+
+    /// Display-case path relative to the mount root ("" for the root), or nil once detached.
+    func path(of ino: InodeNumber) -> String? {
+        var components: [String] = []
+        var current = ino
+        while current != rootInode {
+            guard let node = nodes[current], node.parent != 0 else { return nil }
+            components.append(node.name)
+            current = node.parent
+        }
+        return components.reversed().reduce(into: "") { $0 += "/" + $1 }
+    }
+
+    /// Inserts or updates the child `entry` of `parent`, keeping its inode when the kind is unchanged.
+    @discardableResult
+    mutating func upsert(_ entry: RemoteEntry, under parent: InodeNumber, generation: UInt64) -> InodeNumber? {
+        guard nodes[parent]?.isDirectory == true else { return nil }
+        let key = Self.lastComponent(entry.pathLower) ?? entry.name.lowercased()
+        let kind = Node.Kind(entry)
+        if let existing = nodes[parent]?.children[key] {
+            if var node = nodes[existing], node.isDirectory == entry.isFolder {
+                node.name = entry.name
+                node.kind = kind
+                node.id = entry.id
+                node.generation = generation
+                nodes[existing] = node
+                return existing
+            }
+            detach(existing)
+        }
+        let ino = nextIno
+        nextIno += 1
+        var node = Node(ino: ino, parent: parent, name: entry.name, key: key, kind: kind, id: entry.id)
+        node.generation = generation
+        nodes[ino] = node
+        nodes[parent]!.children[key] = ino
+        nodes[parent]!.negatives[key] = nil
+        return ino
+    }
+
+    /// Applies an entry from a recursive listing or a change feed, where only the path says
+    /// where it belongs. Returns nil when its parent is unknown (Dropbox lists parents first, so
+    /// that only happens for entries outside what we track).
+    @discardableResult
+    mutating func apply(_ change: RemoteChange, generation: UInt64) -> InodeNumber? {
+        switch change {
+        case .upsert(let entry):
+            guard !entry.pathLower.isEmpty, let parent = resolve(pathLower: Self.parentPath(entry.pathLower)) else { return nil }
+            return upsert(entry, under: parent, generation: generation)
+        case .deleted(let pathLower, _):
+            guard !pathLower.isEmpty, let ino = resolve(pathLower: pathLower) else { return nil }
+            detach(ino)
+            return nil
+        }
+    }
+
+    /// Removes the node (and its subtree) from the tree. Nodes the kernel still references stay
+    /// as orphans until `forget`; the others are dropped now.
+    mutating func detach(_ ino: InodeNumber) {
+        guard ino != rootInode, let node = nodes[ino] else { return }
+        if node.parent != 0 { nodes[node.parent]?.children[node.key] = nil }
+        var stack = [ino]
+        while let current = stack.popLast() {
+            guard var item = nodes[current] else { continue }
+            stack.append(contentsOf: item.children.values)
+            if item.lookupCount == 0 {
+                nodes[current] = nil
+            } else {
+                item.parent = 0
+                item.children = [:]
+                item.listedAt = nil
+                nodes[current] = item
+            }
+        }
+    }
+
+    /// Detaches the server-mirroring children of `parent` not confirmed by `generation`.
+    mutating func sweepChildren(of parent: InodeNumber, olderThan generation: UInt64) {
+        guard let children = nodes[parent]?.children else { return }
+        for ino in children.values {
+            if let node = nodes[ino], node.generation < generation, node.local == .remote { detach(ino) }
+        }
+    }
+
+    /// Detaches every server-mirroring node in the tree not confirmed by `generation`.
+    mutating func sweepAll(olderThan generation: UInt64) {
+        let stale = nodes.values.filter { $0.ino != rootInode && $0.isAttached && $0.generation < generation && $0.local == .remote }
+        for node in stale { detach(node.ino) }
+    }
+
+    mutating func setListed(_ ino: InodeNumber, at time: Double) {
+        guard nodes[ino]?.isDirectory == true else { return }
+        nodes[ino]!.listedAt = time
+        nodes[ino]!.negatives = [:]
+    }
+
+    mutating func setAllListed(at time: Double) {
+        for (ino, node) in nodes where node.isDirectory && node.isAttached {
+            nodes[ino]!.listedAt = time
+            nodes[ino]!.negatives = [:]
+        }
+    }
+
+    mutating func setNegative(_ key: String, in parent: InodeNumber, at time: Double) {
+        guard nodes[parent]?.isDirectory == true else { return }
+        nodes[parent]!.negatives[key] = time
+    }
+
+    mutating func setLastOpenedRev(_ ino: InodeNumber, _ rev: String?) {
+        nodes[ino]?.lastOpenedRev = rev
+    }
+
+    // MARK: Lookup counts
+
+    mutating func addLookup(_ ino: InodeNumber) {
+        nodes[ino]?.lookupCount += 1
+    }
+
+    /// Subtracts `count` (never below zero); drops the node if it is orphaned and unreferenced.
+    mutating func forget(_ ino: InodeNumber, count: UInt64) {
+        guard ino != rootInode, var node = nodes[ino] else { return }
+        node.lookupCount -= min(count, node.lookupCount)
+        if node.lookupCount == 0 && !node.isAttached {
+            nodes[ino] = nil
+        } else {
+            nodes[ino] = node
+        }
+    }
+
+    // MARK: Paths
+
+    static func lastComponent(_ pathLower: String) -> String? {
+        guard let slash = pathLower.lastIndex(of: "/") else { return pathLower.isEmpty ? nil : pathLower }
+        let name = pathLower[pathLower.index(after: slash)...]
+        return name.isEmpty ? nil : String(name)
+    }
+
+    static func parentPath(_ pathLower: String) -> String {
+        guard let slash = pathLower.lastIndex(of: "/") else { return "" }
+        return String(pathLower[..<slash])
+    }
+}

@@ -1,0 +1,52 @@
+/// `MemoryBlockCache`: recently used blocks in RAM, evicted least-recently-used first once their
+/// bytes pass the budget. Blocks are immutable `[UInt8]` values shared by reference, so a hit
+/// costs no copy until the read copies its slice into the reply.
+import Foundation
+
+final class MemoryBlockCache: @unchecked Sendable {
+    // @unchecked: `blocks` and `order` are only touched with `lock` held.
+    private let lock = NSLock()
+    private var blocks: [BlockKey: [UInt8]] = [:]
+    private var order = LRUIndex<BlockKey>()
+    let budget: Int
+
+    init(budget: Int) { self.budget = budget }
+
+    func get(_ key: BlockKey) -> [UInt8]? {
+        lock.lock(); defer { lock.unlock() }
+        guard let block = blocks[key] else { return nil }
+        order.touch(key)
+        return block
+    }
+
+    func contains(_ key: BlockKey) -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        return blocks[key] != nil
+    }
+
+    /// Caches the block, evicting the oldest until the total fits. A block larger than the whole
+    /// budget is not cached.
+    func put(_ key: BlockKey, _ block: [UInt8]) {
+        guard block.count <= budget else { return }
+        lock.lock(); defer { lock.unlock() }
+        blocks[key] = block
+        order.insert(key, size: block.count)
+        while order.totalSize > budget, let victim = order.popOldest() {
+            blocks[victim.key] = nil
+        }
+    }
+
+    /// Drops every block of one revision of a file.
+    func purge(fileID: String, rev: String) {
+        lock.lock(); defer { lock.unlock() }
+        for key in blocks.keys where key.fileID == fileID && key.rev == rev {
+            blocks[key] = nil
+            order.remove(key)
+        }
+    }
+
+    var usage: (bytes: Int, blocks: Int) {
+        lock.lock(); defer { lock.unlock() }
+        return (order.totalSize, order.count)
+    }
+}

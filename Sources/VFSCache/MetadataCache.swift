@@ -1,0 +1,306 @@
+/// `MetadataCache`: the tree of names and attributes, filled from Dropbox listings and kept for a
+/// TTL. It answers lookups (case-insensitively, keeping the display case), caches negative
+/// answers, hands readdir a snapshot of a folder, and keeps the inode table's lookup counts.
+///
+/// How the tree is filled (the reasoning and figures are in docs/VFSCACHE.md):
+/// - First access to any folder lists the whole tree under the mount root with ONE recursive
+///   list_folder (2000-entry pages), unless it exceeds `recursivePrefetchMaxEntries`; a cold
+///   `ls -lR` or `find` of a small or medium tree then costs a handful of calls in total.
+/// - While the tree is held this way, every folder is fresh for `directoryTTL`; after that one
+///   list_folder/continue on the saved cursor brings the whole tree up to date (a delta, usually
+///   one call). A `reset` cursor leads to one new recursive listing.
+/// - A tree over the cap is listed folder by folder (non-recursive list_folder + continue),
+///   each folder refreshed on its own after `directoryTTL`.
+/// - A listing that fails while an older one is cached serves the older one, with a warning.
+///
+/// Concurrency: one lock (`lock`) guards the table and the tree state, held only for in-memory
+/// work, never across a remote call. Listings of one folder (and the whole-tree listing) run
+/// single-flight, so a burst of lookups in a cold folder costs one listing.
+import Foundation
+
+final class MetadataCache: @unchecked Sendable {
+    // @unchecked: `table` and `tree` are only touched with `lock` held.
+    private enum TreeState {
+        /// Nothing listed recursively yet.
+        case unknown
+        /// The whole tree is known, complete as of `refreshedAt`; `cursor` gives the delta since.
+        case recursive(cursor: String, refreshedAt: Double)
+        /// Too big to prefetch: folders are listed one at a time.
+        case perFolder
+    }
+
+    /// Key of the whole-tree listing in `listings` (no folder has inode 0).
+    private static let wholeTree: InodeNumber = 0
+
+    private let lock = NSLock()
+    private var table = InodeTable()
+    private var tree: TreeState = .unknown
+    private let listings = SingleFlight<InodeNumber, Void>()
+
+    private let remote: any RemoteStore
+    private let config: VFSConfig
+    private let clock: TimeSource
+    private let log: Logger
+
+    init(remote: any RemoteStore, config: VFSConfig, clock: TimeSource, log: Logger) {
+        self.remote = remote
+        self.config = config
+        self.clock = clock
+        self.log = log
+    }
+
+    private func locked<T, E: Error>(_ body: (inout InodeTable) throws(E) -> T) throws(E) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&table)
+    }
+
+    // MARK: Queries
+
+    func node(_ ino: InodeNumber) -> Node? { locked { $0[ino] } }
+
+    func nodes(_ inos: some Sequence<InodeNumber>) -> [Node?] { locked { table in inos.map { table[$0] } } }
+
+    func path(of ino: InodeNumber) -> String? { locked { $0.path(of: ino) } }
+
+    var nodeCount: Int { locked { $0.count } }
+
+    /// The cursor of the recursive listing, once the whole tree is held (for the change watcher).
+    var treeCursor: String? {
+        lock.lock(); defer { lock.unlock() }
+        if case .recursive(let cursor, _) = tree { return cursor }
+        return nil
+    }
+
+    // MARK: FUSE operations
+
+    /// The child `name` of `parent`, with one more lookup reference. Throws ENOENT when absent.
+    func lookup(parent: InodeNumber, name: String) throws(Errno) -> Node {
+        guard name.utf8.count <= 255 else { throw .nameTooLong }
+        try ensureListed(parent)
+        let key = name.lowercased()
+        let now = clock.now()
+        lock.lock()
+        guard let dir = table[parent] else { lock.unlock(); throw .noEntry }
+        if let child = dir.children[key] {
+            table.addLookup(child)
+            let node = table[child]!
+            lock.unlock()
+            return node
+        }
+        // Absent from the listing. Trust that for `negativeTTL`, then ask once more.
+        let listedRecently = lastListed(dir).map { now - $0 < config.negativeTTL } ?? false
+        let knownAbsent = dir.negatives[key].map { now - $0 < config.negativeTTL } ?? false
+        let parentPath = table.path(of: parent)
+        lock.unlock()
+        guard !listedRecently, !knownAbsent, let parentPath else { throw .noEntry }
+
+        let entry: RemoteEntry?
+        do throws(RemoteError) {
+            entry = try remote.metadata(path: parentPath + "/" + name)
+        } catch .notFound {
+            entry = nil
+        } catch {
+            log.warning("lookup of \(parentPath)/\(name) failed, answering from the cached listing: \(error)")
+            throw .noEntry
+        }
+        return try locked { table throws(Errno) -> Node in
+            guard let entry else {
+                table.setNegative(key, in: parent, at: now)
+                throw .noEntry
+            }
+            guard let ino = table.upsert(entry, under: parent, generation: 0) else { throw .noEntry }
+            table.addLookup(ino)
+            return table[ino]!
+        }
+    }
+
+    func addLookup(_ ino: InodeNumber) { locked { $0.addLookup(ino) } }
+
+    func forget(_ ino: InodeNumber, count: UInt64) { locked { $0.forget(ino, count: count) } }
+
+    /// The node, after refreshing its folder's listing if that is past its TTL (so `stat` and
+    /// `open` see remote changes). A failed refresh serves the cached node.
+    func refreshedNode(_ ino: InodeNumber) throws(Errno) -> Node {
+        guard let node = node(ino) else { throw .noEntry }
+        if node.parent != 0 { try? ensureListed(node.parent) }
+        guard let fresh = self.node(ino) else { throw .noEntry }
+        return fresh
+    }
+
+    /// The folder's children as (display name, inode), after making sure the listing is fresh.
+    /// O(children); the order is unspecified but fixed for the snapshot.
+    func snapshot(of dir: InodeNumber) throws(Errno) -> [(name: String, ino: InodeNumber)] {
+        try ensureListed(dir)
+        return try locked { table throws(Errno) in
+            guard let node = table[dir] else { throw .noEntry }
+            var result: [(name: String, ino: InodeNumber)] = []
+            result.reserveCapacity(node.children.count)
+            for ino in node.children.values {
+                if let child = table[ino] { result.append((child.name, ino)) }
+            }
+            return result
+        }
+    }
+
+    /// Records that the kernel opened the file at `rev`; true if it had it open at that rev
+    /// before (so its page cache still holds these bytes).
+    func noteOpened(_ ino: InodeNumber, rev: String) -> Bool {
+        locked { table in
+            let same = table[ino]?.lastOpenedRev == rev
+            table.setLastOpenedRev(ino, rev)
+            return same
+        }
+    }
+
+    /// Forget what the kernel caches for this file (after a content-hash mismatch).
+    func clearOpenedRev(_ ino: InodeNumber) { locked { $0.setLastOpenedRev(ino, nil) } }
+
+    // MARK: Listing
+
+    /// When the folder's contents were last confirmed complete, by its own listing or the tree's.
+    private func lastListed(_ dir: Node) -> Double? {
+        var times: [Double] = []
+        if let listed = dir.listedAt { times.append(listed) }
+        if case .recursive(_, let at) = tree, dir.isAttached { times.append(at) }
+        return times.max()
+    }
+
+    /// Makes sure `dir`'s listing is no older than `directoryTTL`.
+    func ensureListed(_ dir: InodeNumber) throws(Errno) {
+        let deadline = Date(timeIntervalSinceNow: config.readTimeout)
+        for attempt in 0..<3 {
+            let now = clock.now()
+            lock.lock()
+            guard let node = table[dir] else { lock.unlock(); throw .noEntry }
+            guard node.isDirectory else { lock.unlock(); throw .notDirectory }
+            let listed = lastListed(node)
+            if let listed, now - listed < config.directoryTTL { lock.unlock(); return }
+            guard let path = table.path(of: dir) else { lock.unlock(); throw .noEntry }
+            let state = tree
+            lock.unlock()
+
+            do throws(Errno) {
+                switch state {
+                case .unknown where config.recursivePrefetchMaxEntries > 0 && attempt < 2:
+                    try listings.run(Self.wholeTree, deadline: deadline) { () throws(Errno) in try prefetchTree() }
+                case .recursive(let cursor, _) where attempt < 2:
+                    try listings.run(Self.wholeTree, deadline: deadline) { () throws(Errno) in try refreshTree(from: cursor) }
+                default:
+                    try listings.run(dir, deadline: deadline) { () throws(Errno) in try listFolder(dir, path: path) }
+                    return
+                }
+            } catch {
+                // Serve an older listing rather than failing the caller.
+                if listed != nil && error != .noEntry && error != .notDirectory {
+                    log.warning("refreshing \(path.isEmpty ? "/" : path) failed (\(error)); serving the cached listing")
+                    return
+                }
+                throw error
+            }
+        }
+    }
+
+    /// One recursive listing of the whole tree, abandoned once it passes the entry cap.
+    private func prefetchTree() throws(Errno) {
+        let started = clock.now()
+        let generation = locked { $0.newGeneration() }
+        var page: RemoteListPage
+        do throws(RemoteError) {
+            page = try remote.listFolder(path: "", recursive: true, limit: config.listPageSize)
+            var seen = page.changes.count
+            apply(page.changes, generation: generation)
+            while page.hasMore {
+                if seen >= config.recursivePrefetchMaxEntries {
+                    lock.lock(); tree = .perFolder; lock.unlock()
+                    log.info("tree has more than \(config.recursivePrefetchMaxEntries) entries: listing folder by folder")
+                    return
+                }
+                page = try remote.listFolderContinue(cursor: page.cursor)
+                seen += page.changes.count
+                apply(page.changes, generation: generation)
+            }
+            log.debug("prefetched the whole tree: \(seen) entries")
+        } catch {
+            log.warning("listing the tree failed: \(error)")
+            throw Self.listingErrno(error)
+        }
+        lock.lock()
+        table.sweepAll(olderThan: generation)
+        table.setAllListed(at: started)
+        tree = .recursive(cursor: page.cursor, refreshedAt: started)
+        lock.unlock()
+    }
+
+    /// Brings the whole tree up to date from the recursive listing's cursor.
+    private func refreshTree(from cursor: String) throws(Errno) {
+        let started = clock.now()
+        do throws(RemoteError) {
+            var page = try remote.listFolderContinue(cursor: cursor)
+            apply(page.changes, generation: 0)
+            while page.hasMore {
+                page = try remote.listFolderContinue(cursor: page.cursor)
+                apply(page.changes, generation: 0)
+            }
+            lock.lock()
+            tree = .recursive(cursor: page.cursor, refreshedAt: started)
+            lock.unlock()
+        } catch .cursorReset {
+            log.info("the tree's cursor was reset: listing again")
+            lock.lock(); tree = .unknown; lock.unlock()
+        } catch {
+            log.warning("refreshing the tree failed: \(error)")
+            throw Self.listingErrno(error)
+        }
+    }
+
+    /// One folder, all pages, then the children it no longer has are swept.
+    private func listFolder(_ dir: InodeNumber, path: String) throws(Errno) {
+        let started = clock.now()
+        let generation = locked { $0.newGeneration() }
+        do throws(RemoteError) {
+            var page = try remote.listFolder(path: path, recursive: false, limit: config.listPageSize)
+            applyChildren(page.changes, of: dir, generation: generation)
+            while page.hasMore {
+                page = try remote.listFolderContinue(cursor: page.cursor)
+                applyChildren(page.changes, of: dir, generation: generation)
+            }
+        } catch {
+            switch error {
+            case .notFound, .notFolder: locked { $0.detach(dir) }
+            default: log.warning("listing \(path.isEmpty ? "/" : path) failed: \(error)")
+            }
+            throw Self.listingErrno(error)
+        }
+        locked { table in
+            table.sweepChildren(of: dir, olderThan: generation)
+            table.setListed(dir, at: started)
+        }
+    }
+
+    private func apply(_ changes: [RemoteChange], generation: UInt64) {
+        locked { table in
+            for change in changes { table.apply(change, generation: generation) }
+        }
+    }
+
+    private func applyChildren(_ changes: [RemoteChange], of dir: InodeNumber, generation: UInt64) {
+        locked { table in
+            for change in changes {
+                switch change {
+                case .upsert(let entry): table.upsert(entry, under: dir, generation: generation)
+                case .deleted: table.apply(change, generation: generation)
+                }
+            }
+        }
+    }
+
+    private static func listingErrno(_ error: RemoteError) -> Errno {
+        switch error {
+        case .notFound: .noEntry
+        case .notFolder: .notDirectory
+        case .auth: .accessDenied
+        default: .io
+        }
+    }
+}

@@ -1,0 +1,69 @@
+/// `Node`: one file or folder as the cache knows it, identified by its inode number. The tree
+/// links nodes by parent inode and lowercased child name (`InodeTable` owns them).
+///
+/// `local` is the seam for the write side: today every node mirrors the server (`.remote`); a
+/// node whose content lives in a staging file, or that does not exist on the server yet, will get
+/// its own case, and listings must never sweep such nodes away.
+import Foundation
+
+struct Node: Sendable {
+    enum Kind: Sendable, Equatable {
+        case file(FileMetadata)
+        case directory
+    }
+
+    /// What the server last said about a file.
+    struct FileMetadata: Sendable, Equatable {
+        var size: UInt64
+        var rev: String
+        var contentHash: String?
+        var modified: Date
+    }
+
+    /// Where the node's truth lives.
+    enum LocalState: Sendable, Equatable {
+        /// Mirrors the server; listings may update or remove it.
+        case remote
+    }
+
+    let ino: InodeNumber
+    /// Parent folder's inode; 0 once detached from the tree (deleted remotely, still referenced).
+    var parent: InodeNumber
+    /// Display-case name (the last path component as Dropbox shows it).
+    var name: String
+    /// Lowercased name, the key under the parent (Dropbox's case-insensitive rule).
+    var key: String
+    var kind: Kind
+    /// Dropbox id ("id:..."); nil for the mount root.
+    var id: String?
+    var local: LocalState = .remote
+    /// FUSE lookup count: the kernel's references to this inode.
+    var lookupCount: UInt64 = 0
+    /// Rev the kernel last opened this file at (for keep_cache).
+    var lastOpenedRev: String?
+    /// Listing generation that last confirmed this node (mark and sweep of stale entries).
+    var generation: UInt64 = 0
+
+    // Folder state (empty for files).
+    /// Children by lowercased name.
+    var children: [String: InodeNumber] = [:]
+    /// When this folder alone was last listed completely (nil: never).
+    var listedAt: Double?
+    /// Names confirmed absent by a metadata call, with the time of the answer.
+    var negatives: [String: Double] = [:]
+
+    var isDirectory: Bool { kind == .directory }
+    var isAttached: Bool { parent != 0 || ino == rootInode }
+    var file: FileMetadata? { if case .file(let meta) = kind { return meta } else { return nil } }
+}
+
+extension Node.Kind {
+    init(_ entry: RemoteEntry) {
+        switch entry.kind {
+        case .folder:
+            self = .directory
+        case .file(let size, let rev, let hash, let clientModified, _):
+            self = .file(Node.FileMetadata(size: size, rev: rev, contentHash: hash, modified: clientModified))
+        }
+    }
+}

@@ -1,0 +1,46 @@
+/// `ReadAhead`: per-open-handle sequential-read detection. While reads follow each other, the
+/// window of bytes fetched ahead of the reader starts at two blocks and doubles with every read,
+/// up to a maximum; a seek resets it. The caller turns the returned byte range into parallel
+/// block fetches. Pure logic, no I/O.
+struct ReadAhead {
+    struct Policy {
+        var blockSize: Int
+        /// Sequential bytes read before read-ahead starts.
+        var threshold: Int
+        var maxWindow: Int
+    }
+
+    /// Where the next sequential read should start.
+    private(set) var expectedOffset: UInt64 = 0
+    /// Bytes read sequentially since the last seek.
+    private(set) var sequentialBytes: UInt64 = 0
+    /// Bytes fetched ahead of the reader (0: not reading ahead).
+    private(set) var window: Int = 0
+    /// Everything before this offset has already been asked for.
+    private(set) var scheduledEnd: UInt64 = 0
+
+    /// Records a read of `length` bytes at `offset` and returns the byte range to fetch ahead,
+    /// if any. Reads count as sequential when they start within one block of where the last one
+    /// ended (the kernel may deliver concurrent read-ahead requests slightly out of order).
+    mutating func observe(offset: UInt64, length: Int, policy: Policy) -> Range<UInt64>? {
+        let end = offset + UInt64(length)
+        let slack = UInt64(policy.blockSize)
+        let sequential = offset + slack >= expectedOffset && offset <= expectedOffset + slack
+        if sequential {
+            sequentialBytes += UInt64(length)
+            expectedOffset = max(expectedOffset, end)
+        } else {
+            sequentialBytes = UInt64(length)
+            expectedOffset = end
+            window = 0
+            scheduledEnd = end
+        }
+        guard sequentialBytes >= UInt64(policy.threshold), policy.maxWindow > 0 else { return nil }
+        window = window == 0 ? min(2 * policy.blockSize, policy.maxWindow) : min(2 * window, policy.maxWindow)
+        let target = end + UInt64(window)
+        let start = max(scheduledEnd, end)
+        guard target > start else { return nil }
+        scheduledEnd = target
+        return start..<target
+    }
+}

@@ -1,0 +1,276 @@
+/// `VFS`: the filesystem the FUSE glue calls (`FilesystemOperations`), assembled from the
+/// metadata cache (names, attributes, inode lookup counts), the block store (data), the handle
+/// tables and the space-usage cache. Read side only for now: every write operation throws EROFS,
+/// at the seams marked "write side" where the write-back engine will plug in.
+///
+/// Lock order (a lock may only be taken while holding locks above it; none is held across a
+/// remote call or disk I/O):
+///   1. `VFS.handles` (handle tables)      4. `SingleFlight` locks (flight maps, then one flight)
+///   2. `OpenFile.lock` (one handle)       5. `MemoryBlockCache.lock`, `DiskBlockCache.lock`
+///   3. `MetadataCache.lock` (the tree)    6. `WorkerPool` conditions, `SpaceUsageCache.lock`
+/// In practice each is taken alone: the code copies what it needs out and releases the lock
+/// before calling into another component.
+import Foundation
+import Synchronization
+
+public final class VFS: FilesystemOperations, Sendable {
+    public let config: VFSConfig
+    public let logger: Logger
+    let metadata: MetadataCache
+    let blocks: BlockStore
+    private let spaceUsage: SpaceUsageCache
+    private let handles = Mutex(HandleTables())
+    private let nextHandle = Atomic<UInt64>(1)
+
+    /// An open directory: the listing snapshot readdir pages through by offset.
+    private struct DirectorySnapshot: Sendable {
+        var ino: InodeNumber
+        var entries: [(name: String, ino: InodeNumber)]
+    }
+
+    private struct HandleTables: ~Copyable {
+        var files: [HandleID: OpenFile] = [:]
+        var directories: [HandleID: DirectorySnapshot] = [:]
+    }
+
+    /// Why a VFS could not be built (today: the disk cache directory is unusable).
+    public struct SetupError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// - Parameters:
+    ///   - remote: Dropbox (or a fake), with the mount's `--root` already applied.
+    ///   - config: tunables; `config.cacheDirectory` nil means no disk cache.
+    ///   - logger: where warnings (failed reads, stale listings) go.
+    ///   - clock: TTL time source (tests inject a manual one).
+    public init(remote: any RemoteStore, config: VFSConfig, logger: Logger = Logger(), clock: TimeSource = .monotonic) throws(SetupError) {
+        precondition(config.blockSize > 0, "blockSize must be positive")
+        self.config = config
+        self.logger = logger
+        var disk: DiskBlockCache?
+        if let directory = config.cacheDirectory, config.diskCacheBytes > 0 {
+            do {
+                disk = try DiskBlockCache(directory: directory, blockSize: config.blockSize, budget: config.diskCacheBytes, log: logger)
+            } catch {
+                throw SetupError(description: "cannot use cache directory \(directory.path): \(error.localizedDescription)")
+            }
+        }
+        metadata = MetadataCache(remote: remote, config: config, clock: clock, log: logger)
+        blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
+        spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
+    }
+
+    deinit { blocks.shutdown() }
+
+    /// Stops the background threads after they finish queued work (read-ahead, disk writes).
+    public func shutdown() {
+        blocks.waitUntilIdle()
+        blocks.shutdown()
+    }
+
+    /// Cache use against budgets, for `dbxfs status`.
+    public func cacheUsage() -> CacheUsage {
+        let memory = blocks.memory.usage
+        let disk = blocks.disk?.usage ?? (bytes: 0, blocks: 0)
+        let open = handles.withLock { ($0.files.count, $0.directories.count) }
+        return CacheUsage(memoryBytes: memory.bytes, memoryBudget: config.memoryCacheBytes, memoryBlocks: memory.blocks,
+                          diskBytes: disk.bytes, diskBudget: blocks.disk == nil ? 0 : config.diskCacheBytes, diskBlocks: disk.blocks,
+                          nodes: metadata.nodeCount, openFiles: open.0, openDirectories: open.1)
+    }
+
+    /// Waits for read-ahead and disk-cache writes in flight (tests).
+    func waitUntilIdle() { blocks.waitUntilIdle() }
+
+    // MARK: Attributes
+
+    func attributes(of node: Node) -> FileAttributes {
+        switch node.kind {
+        case .directory:
+            // nlink 1: "unknown", so tools like find don't infer subfolder counts from it.
+            return FileAttributes(ino: node.ino, kind: .directory, size: 0, mtime: config.mountTime,
+                                  permissions: config.directoryPermissions, nlink: 1, uid: config.uid, gid: config.gid)
+        case .file(let file):
+            return FileAttributes(ino: node.ino, kind: .file, size: file.size, mtime: file.modified,
+                                  permissions: config.filePermissions, nlink: 1, uid: config.uid, gid: config.gid)
+        }
+    }
+
+    private func entryReply(_ node: Node) -> EntryReply {
+        EntryReply(attributes: attributes(of: node), entryTimeout: config.entryTimeout, attributeTimeout: config.attributeTimeout)
+    }
+
+    // MARK: Names
+
+    public func lookup(parent: InodeNumber, name: String) throws(Errno) -> EntryReply {
+        entryReply(try metadata.lookup(parent: parent, name: name))
+    }
+
+    public func forget(_ ino: InodeNumber, count: UInt64) {
+        metadata.forget(ino, count: count)
+    }
+
+    public func getattr(_ ino: InodeNumber) throws(Errno) -> (FileAttributes, timeout: Double) {
+        (attributes(of: try metadata.refreshedNode(ino)), config.attributeTimeout)
+    }
+
+    public func setattr(_ ino: InodeNumber, changes: AttributeChanges, handle: HandleID?) throws(Errno) -> FileAttributes {
+        // Write side: truncate and utimens go through the write-back engine. chmod/chown are
+        // accepted and ignored (Dropbox keeps no modes), so `cp -a` works on a read-only view too.
+        guard changes.size == nil, changes.mtime == nil else { throw .readOnly }
+        return attributes(of: try metadata.refreshedNode(ino))
+    }
+
+    // MARK: Directories
+
+    public func openDirectory(_ ino: InodeNumber) throws(Errno) -> HandleID {
+        let entries = try metadata.snapshot(of: ino)
+        let handle = nextHandle.add(1, ordering: .relaxed).oldValue
+        handles.withLock { $0.directories[handle] = DirectorySnapshot(ino: ino, entries: entries) }
+        return handle
+    }
+
+    /// Offsets: 0 is the start; "." is entry 0, ".." entry 1, child i entry i + 2; each entry's
+    /// `nextOffset` is its position + 1. Each call is O(limit), whatever the offset.
+    public func readDirectory(_ ino: InodeNumber, handle: HandleID, offset: Int, limit: Int) throws(Errno) -> [DirectoryEntry] {
+        let page: (children: ArraySlice<(name: String, ino: InodeNumber)>, dots: [Int])? = handles.withLock { tables in
+            guard let snapshot = tables.directories[handle], snapshot.ino == ino else { return nil }
+            let start = max(offset, 0)
+            let dots = (start..<min(2, start + max(limit, 0))).map { $0 }
+            let first = max(start - 2, 0)
+            let count = max(0, min(limit - dots.count, snapshot.entries.count - first))
+            return (snapshot.entries[first..<(first + count)], dots)
+        }
+        guard let page else { throw .badFile }
+        var result: [DirectoryEntry] = []
+        result.reserveCapacity(page.dots.count + page.children.count)
+        if !page.dots.isEmpty {
+            guard let node = metadata.node(ino) else { throw .noEntry }
+            let parent = (node.parent != 0 ? metadata.node(node.parent) : nil) ?? node
+            for position in page.dots {
+                let target = position == 0 ? node : parent
+                result.append(DirectoryEntry(name: position == 0 ? "." : "..", attributes: attributes(of: target), nextOffset: position + 1))
+            }
+        }
+        let nodes = metadata.nodes(page.children.lazy.map(\.ino))
+        for (position, (child, node)) in zip(page.children.indices, zip(page.children, nodes)) {
+            // A child removed since opendir is skipped; its offset stays valid for the others.
+            guard let node else { continue }
+            result.append(DirectoryEntry(name: child.name, attributes: attributes(of: node), nextOffset: position + 3))
+        }
+        return result
+    }
+
+    public func releaseDirectory(_ ino: InodeNumber, handle: HandleID) {
+        _ = handles.withLock { $0.directories.removeValue(forKey: handle) }
+    }
+
+    // MARK: Files
+
+    public func open(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply {
+        // Write side: opens for writing will get a staging file from the write-back engine.
+        guard flags.isDisjoint(with: [.write, .truncate, .append]) else { throw .readOnly }
+        let node = try metadata.refreshedNode(ino)
+        guard let file = node.file else { throw .isDirectory }
+        guard let path = metadata.path(of: ino), let fileID = node.id else { throw .noEntry }
+        let keepCache = metadata.noteOpened(ino, rev: file.rev)
+        let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash)
+        let handle = nextHandle.add(1, ordering: .relaxed).oldValue
+        handles.withLock { $0.files[handle] = openFile }
+        return OpenReply(handle: handle, keepCache: keepCache)
+    }
+
+    public func read(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
+        guard let file = handles.withLock({ $0.files[handle] }), file.ino == ino else { throw .badFile }
+        guard size > 0, offset < file.size else { return [] }
+        let end = min(offset + UInt64(size), file.size)
+        let blockSize = UInt64(config.blockSize)
+        let firstBlock = offset / blockSize
+        let lastBlock = (end - 1) / blockSize
+
+        // Read-ahead first, so its downloads overlap with this read's own.
+        let policy = ReadAhead.Policy(blockSize: config.blockSize, threshold: config.prefetchThreshold, maxWindow: config.readAheadMaxBytes)
+        if let ahead = file.observe(offset: offset, length: Int(end - offset), policy: policy), ahead.lowerBound < file.size {
+            let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
+            let to = (min(ahead.upperBound, file.size) - 1) / blockSize
+            if from <= to {
+                for index in from...to { blocks.prefetch(file.blockRequest(index, blockSize: config.blockSize)) }
+            }
+        }
+
+        var pieces: [[UInt8]] = []
+        pieces.reserveCapacity(Int(lastBlock - firstBlock + 1))
+        for index in firstBlock...lastBlock {
+            pieces.append(try blocks.block(file.blockRequest(index, blockSize: config.blockSize)))
+        }
+
+        // One copy, from the cached blocks into the reply.
+        let count = Int(end - offset)
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var written = 0
+            for (number, piece) in pieces.enumerated() {
+                let blockStart = (firstBlock + UInt64(number)) * blockSize
+                let from = Int(max(offset, blockStart) - blockStart)
+                let to = min(Int(min(end, blockStart + blockSize) - blockStart), piece.count)
+                guard from < to else { break }
+                piece.withUnsafeBufferPointer { source in
+                    (buffer.baseAddress! + written).update(from: source.baseAddress! + from, count: to - from)
+                }
+                written += to - from
+            }
+            initialized = written
+        }
+        guard bytes.count == count else {
+            logger.error("read of \(file.path): short block (\(bytes.count) of \(count) bytes)")
+            throw .io
+        }
+
+        if let actual = file.verify(offset: offset, bytes) {
+            logger.error("read of \(file.path) (rev \(file.rev)): content hash mismatch (expected \(file.contentHash ?? "?"), got \(actual)); dropping its cached blocks")
+            blocks.purge(fileID: file.fileID, rev: file.rev)
+            metadata.clearOpenedRev(ino)
+            throw .io
+        }
+        return bytes
+    }
+
+    public func write(_ ino: InodeNumber, handle: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        throw .readOnly   // write side
+    }
+
+    public func flush(_ ino: InodeNumber, handle: HandleID) throws(Errno) {
+        // Write side: report an earlier write-back error here. Read-only handles have none.
+    }
+
+    public func fsync(_ ino: InodeNumber, handle: HandleID?) throws(Errno) {
+        // Write side: wait for the commit. Nothing is ever dirty yet.
+    }
+
+    public func release(_ ino: InodeNumber, handle: HandleID) {
+        _ = handles.withLock { $0.files.removeValue(forKey: handle) }
+    }
+
+    // MARK: Namespace changes (write side)
+
+    public func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply) { throw .readOnly }
+    public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply { throw .readOnly }
+    public func unlink(parent: InodeNumber, name: String) throws(Errno) { throw .readOnly }
+    public func rmdir(parent: InodeNumber, name: String) throws(Errno) { throw .readOnly }
+    public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags) throws(Errno) {
+        throw .readOnly
+    }
+
+    // MARK: Filesystem-wide
+
+    public func statfs() throws(Errno) -> FilesystemStats { try spaceUsage.stats() }
+
+    public func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8] {
+        guard let node = metadata.node(ino) else { throw .noEntry }
+        guard let value = ExtendedAttributes.value(name, of: node) else { throw .noData }
+        return Array(value.utf8)
+    }
+
+    public func listxattr(_ ino: InodeNumber) throws(Errno) -> [String] {
+        guard let node = metadata.node(ino) else { throw .noEntry }
+        return ExtendedAttributes.names(of: node)
+    }
+}

@@ -1,0 +1,73 @@
+/// `VFSConfig`: every tunable of the cache layer in one value, with the defaults a mount uses when
+/// the command line says nothing. The reasoning and measurements behind each default are in
+/// docs/VFSCACHE.md; the CLI maps its options (`-o uid=,gid=,umask=`, `--cache-dir`,
+/// `--cache-size`) onto these fields.
+import Foundation
+
+public struct VFSConfig: Sendable {
+    // MARK: Ownership and modes
+
+    /// Owner reported for every file and folder (the mounting user by default).
+    public var uid: UInt32
+    public var gid: UInt32
+    /// Applied to 0o666 for files and 0o777 for folders: 0o022 gives 0644 / 0755.
+    public var umask: UInt16 = 0o022
+
+    public var filePermissions: UInt16 { 0o666 & ~umask & 0o7777 }
+    public var directoryPermissions: UInt16 { 0o777 & ~umask & 0o7777 }
+
+    // MARK: Metadata
+
+    /// Seconds the kernel may cache a name → inode mapping (FUSE entry_timeout).
+    public var entryTimeout: Double = 1
+    /// Seconds the kernel may cache attributes (FUSE attr_timeout).
+    public var attributeTimeout: Double = 1
+    /// Seconds a folder listing is trusted before it is refreshed (one delta call when the whole
+    /// tree was prefetched, else one listing of that folder).
+    public var directoryTTL: Double = 30
+    /// Seconds a name's absence is trusted. Past this, a missing name in a listing older than
+    /// this is confirmed with one metadata call, and that answer is cached again for this long.
+    public var negativeTTL: Double = 10
+    /// Page size asked of list_folder (Dropbox accepts 1...2000).
+    public var listPageSize: Int = 2000
+    /// On first access, the whole tree under the mount root is listed recursively unless it holds
+    /// more entries than this; 0 disables the recursive prefetch (per-folder listing only).
+    public var recursivePrefetchMaxEntries: Int = 25_000
+    /// Modification time reported for folders (Dropbox keeps none).
+    public var mountTime: Date = Date()
+
+    // MARK: Data
+
+    /// Directory for the on-disk block cache (nil: memory only).
+    public var cacheDirectory: URL?
+    /// Byte budget of the in-memory block cache. Keep it at least twice `readAheadMaxBytes`.
+    public var memoryCacheBytes: Int = 256 << 20
+    /// Byte budget of the on-disk block cache.
+    public var diskCacheBytes: Int64 = 10 << 30
+    /// Unit of download and caching. Changing it starts a fresh disk cache (blocks are keyed by it).
+    public var blockSize: Int = 4 << 20
+    /// Largest read-ahead window; it starts at two blocks and doubles while reads stay sequential.
+    public var readAheadMaxBytes: Int = 64 << 20
+    /// Threads (and so parallel ranged downloads) used for read-ahead.
+    public var readAheadParallelism: Int = 8
+    /// Sequential bytes a handle must read before read-ahead starts (a read at offset 0 counts).
+    public var prefetchThreshold: Int = 256 << 10
+    /// Check whole-file sequential reads against Dropbox's content_hash.
+    public var verifyContentHash: Bool = true
+    /// Longest a read waits for a block another thread is fetching, before EIO. The remote
+    /// adapter's own retry budget should end well before this.
+    public var readTimeout: Double = 120
+    /// Bytes of finished blocks allowed to wait for the disk writer; past this, blocks are not
+    /// written to disk (the cache is best effort, the reader never waits for it).
+    public var diskWriteQueueBytes: Int = 256 << 20
+
+    // MARK: Misc
+
+    /// Seconds a space-usage answer is reused for statfs.
+    public var statfsTTL: Double = 60
+
+    public init(uid: UInt32 = getuid(), gid: UInt32 = getgid()) {
+        self.uid = uid
+        self.gid = gid
+    }
+}

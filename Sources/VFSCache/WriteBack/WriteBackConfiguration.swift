@@ -1,0 +1,35 @@
+/// `WriteBackConfiguration`: the write-back engine's tunables, with the defaults docs/WRITEBACK.md
+/// explains. Tests shrink the delays and thresholds; the daemon uses the defaults.
+import Foundation
+
+public struct WriteBackConfiguration: Sendable {
+    /// Files at least this big go through a concurrent upload session with several chunks in
+    /// flight; smaller ones go as one `upload` call (alone) or join a `finishBatch` (in a burst).
+    public var largeFileThreshold: UInt64 = 8 << 20
+    /// Bytes per append in a concurrent session; must be a multiple of 4 MiB (Dropbox's rule).
+    public var chunkSize: UInt64 = 8 << 20
+    /// Appends in flight at once, over all large uploads.
+    public var chunksInFlight = 4
+    /// Threads running small uploads, session uploads of batched files, commits and large-upload
+    /// coordinators.
+    public var uploadThreads = 4
+    /// Large uploads in progress at once (each one keeps `chunksInFlight` busy on its own).
+    public var maxConcurrentLargeUploads = 2
+    /// A burst of small files is gathered until no new one arrived for this long...
+    public var gatherDelay: TimeInterval = 0.15
+    /// ...or the gathering has lasted this long, or it holds `maxBatchEntries` files.
+    public var maxGatherTime: TimeInterval = 2
+    /// Entries per `finishBatch` call (Dropbox allows at most 1000).
+    public var maxBatchEntries = 1000
+    /// Backoff after a transient failure: base × 2^(attempt-1), capped, with ±25 % jitter.
+    public var retryBaseDelay: TimeInterval = 0.5
+    public var retryMaxDelay: TimeInterval = 30
+    /// Retry delay after a failure that needs time or a person (insufficient space, refused name).
+    public var hardFailureRetryDelay: TimeInterval = 60
+    /// The clock used for conflicted-copy dates.
+    public var now: @Sendable () -> Date = { Date() }
+    /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).
+    public var timeZone: TimeZone = .current
+
+    public init() {}
+}

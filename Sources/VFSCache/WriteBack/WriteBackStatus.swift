@@ -1,0 +1,74 @@
+/// What the write-back engine tells the rest of dbxfs: events after each commit (so the facade can
+/// update its metadata), a status snapshot for `dbxfs status`, and the errors fsync/sync report.
+import Foundation
+
+/// Delivered in order on one background queue, after the journal was updated.
+public enum WriteBackEvent: Sendable, Equatable {
+    /// `generation` of `path` is on Dropbox as `entry` (new rev, id, size, content hash).
+    case committed(path: String, generation: UInt64, entry: RemoteEntry)
+    /// Dropbox had another version of `path`; ours was kept as `entry` at `copyPath`, and `path`
+    /// keeps the other version. Never an overwrite.
+    case conflicted(path: String, copyPath: String, generation: UInt64, entry: RemoteEntry)
+    /// An attempt failed; the file stays journaled. `willRetry` is false only while the engine is
+    /// stopping.
+    case failed(path: String, generation: UInt64, error: RemoteError, willRetry: Bool)
+}
+
+/// Why a wait for the write-back ended without the commit.
+public enum WriteBackError: Error, Sendable, Equatable {
+    /// The latest attempt failed with an error that retrying soon won't fix (insufficient space,
+    /// a refused name, auth). The file stays journaled and is retried later.
+    case failed(RemoteError)
+    /// Still pending at the deadline; `lastError` says why, if an attempt failed.
+    case timedOut(lastError: RemoteError?)
+    /// The engine was shut down.
+    case stopped
+
+    /// For fsync: ENOSPC for insufficient space, EIO otherwise.
+    public var errno: Errno {
+        switch self {
+        case .failed(let error): return Errno(error)
+        case .timedOut, .stopped: return .io
+        }
+    }
+}
+
+/// One transfer in progress.
+public struct TransferProgress: Sendable, Equatable {
+    public var path: String
+    public var bytesDone: UInt64
+    public var bytesTotal: UInt64
+    public var startedAt: Date
+    /// Average since the transfer started.
+    public var bytesPerSecond: Double
+}
+
+/// One journaled file that is not yet committed.
+public struct PendingUpload: Sendable, Equatable {
+    public var path: String
+    public var size: UInt64
+    public var generation: UInt64
+    public var state: UploadState
+    /// Still open for writing through the mount (its latest bytes are not closed yet).
+    public var openForWriting: Bool
+    public var attempts: Int
+    public var lastError: String?
+}
+
+public struct UploadErrorReport: Sendable, Equatable {
+    public var path: String
+    public var message: String
+    public var at: Date
+}
+
+/// A snapshot for `dbxfs status`.
+public struct WriteBackStatus: Sendable, Equatable {
+    public var pendingFiles: Int
+    public var pendingBytes: UInt64
+    public var transfers: [TransferProgress]
+    public var uploads: [PendingUpload]
+    public var conflicts: [ConflictRecord]
+    public var recentErrors: [UploadErrorReport]
+    /// The last attempt found Dropbox unreachable; uploads resume on their own.
+    public var offline: Bool
+}
