@@ -1,0 +1,86 @@
+/// `dbxfs [options] MOUNTPOINT`: checks everything that can be checked cheaply (options,
+/// mountpoint, credentials, the server), then create → mount → loop → unmount, libfuse-example
+/// style. Without -f it detaches first (before any thread exists) and the parent exits 0 only
+/// once the child reports the mount live.
+import CFuse
+import Foundation
+import VFSCache
+
+enum MountCommand {
+    static func run(_ arguments: [String]) -> Int32 {
+        let options: MountOptions
+        do {
+            options = try MountOptions.parse(arguments, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            printError(error.description)
+            return 2
+        }
+        if options.showHelp {
+            print(MountOptions.usage)
+            return 0
+        }
+        let mountpoint: String
+        do {
+            mountpoint = try Mountpoint.check(options.mountpoint)
+        } catch {
+            printError(error.description)
+            return 1
+        }
+
+        let reporter: Daemon.Reporter? = options.foreground ? nil : Daemon.detach()
+        // From here on, failures go through `fail`, which tells a waiting parent too.
+        func fail(_ message: String) -> Int32 {
+            if let reporter { reporter.failed(message) } else { printError(message) }
+            return 1
+        }
+
+        let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: timestampedStandardErrorSink)
+        let backend: MountBackend
+        do {
+            backend = try MountBackend.open(options: options, logger: logger)
+        } catch {
+            return fail(error.description)
+        }
+
+        let filesystem = FuseFilesystem(operations: backend.operations, log: logger)
+        let session: FuseSession
+        do {
+            session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
+            try session.mount(at: mountpoint)
+        } catch {
+            backend.shutdown()
+            return fail(error.description)
+        }
+        if let reporter {
+            reporter.succeeded()
+            Daemon.redirectOutput(logFile: backend.logFile)
+        }
+        logger.info("mounted \(backend.description) on \(mountpoint)")
+
+        let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
+        session.unmount()
+        logger.info("unmounted \(mountpoint)")
+        backend.shutdown()
+        // The loop returns the signal number when a signal ended it; that is a clean stop.
+        return status == 0 || status == SIGINT || status == SIGTERM || status == SIGHUP ? 0 : 1
+    }
+
+    /// The -o list libfuse sees: the user's pass-through options plus our names in /proc/mounts.
+    private static func fuseOptions(_ options: MountOptions) -> [String] {
+        var list = ["fsname=dbxfs", "subtype=dbxfs"]
+        list += options.fuseOptions
+        return list
+    }
+}
+
+/// "2026-11-29T21:04:05.123Z dbxfs: info: message": the daemon's log lines carry a timestamp.
+let timestampedStandardErrorSink: Logger.Sink = { level, message in
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    var seconds = now.tv_sec
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    let stamp = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1,
+                       parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
+    FileHandle.standardError.write(Data("\(stamp) dbxfs: \(level.label): \(message)\n".utf8))
+}

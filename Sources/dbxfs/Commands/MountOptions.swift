@@ -1,0 +1,181 @@
+/// The mount command's options, parsed from the command line and the environment.
+/// `-o` options are split into the ones dbxfs applies itself (uid=, gid=, umask=) and the ones
+/// passed through to libfuse and the kernel (ro, allow_other, default_permissions, ...).
+import Foundation
+import VFSCache
+
+struct MountOptions: Sendable {
+    struct UsageError: Error, CustomStringConvertible { var description: String }
+
+    enum Backend: String, Sendable { case dropbox, memory }
+
+    var mountpoint: String = ""
+    var foreground = false
+    var debug = false
+    var apiBase: String?
+    var root: String = ""
+    var tokenFile: String?
+    var token: String?
+    var cacheDirectory: String?
+    var cacheSize: UInt64 = 10 << 30
+    var caFile: String?
+    var logLevel: String = "info"
+    var logFile: String?
+    var backend: Backend = .dropbox
+    var maxThreads: UInt32 = 64
+    /// Options for libfuse (`fuse_session_new`'s -o), already stripped of ours.
+    var fuseOptions: [String] = []
+    var uid: UInt32 = getuid()
+    var gid: UInt32 = getgid()
+    var umask: UInt16 = 0o022
+    var readOnly = false
+    var showHelp = false
+
+    static let usage = """
+        usage: dbxfs [options] MOUNTPOINT
+               dbxfs --version
+
+        Mounts a Dropbox account (or one folder of it) at MOUNTPOINT.
+
+        options:
+          -f, --foreground        stay in the foreground (default: return once the mount is live)
+          -o OPT[,OPT...]         mount options: ro, allow_other, default_permissions,
+                                  uid=N, gid=N, umask=NNN (octal), and other libfuse options
+          --api-base URL          Dropbox API base URL (env DBXFS_API_BASE; default the real Dropbox)
+          --root /FOLDER          mount this Dropbox folder as the root (default: the whole account)
+          --token-file FILE       read the access token from FILE (default: env DBXFS_ACCESS_TOKEN)
+          --cache-dir DIR         cache directory (default $XDG_CACHE_HOME/dbxfs/<account+root hash>)
+          --cache-size SIZE       on-disk block cache budget, e.g. 512M, 10G (default 10G)
+          --ca-file PEM           also trust the CA certificates in PEM (for test servers)
+          --log-level LEVEL       error, warning, info (default), debug
+          --log-file FILE         where the daemon logs once detached (default CACHE_DIR/dbxfs.log)
+          -d, --debug             log every FUSE request (implies -f and --log-level debug)
+          -h, --help              this text
+
+        exit status: 0 mounted (and, with -f, unmounted cleanly), 1 the mount failed, 2 bad usage.
+        """
+
+    static func parse(_ arguments: [String], environment: [String: String]) throws(UsageError) -> MountOptions {
+        var options = MountOptions()
+        var positional: [String] = []
+        var index = 0
+
+        func value(for name: String, inline: String?) throws(UsageError) -> String {
+            if let inline { return inline }
+            index += 1
+            guard index < arguments.count else { throw UsageError(description: "option \(name) needs a value") }
+            return arguments[index]
+        }
+
+        while index < arguments.count {
+            let argument = arguments[index]
+            var name = argument
+            var inline: String?
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            } else if argument.hasPrefix("-o"), argument.count > 2 {
+                name = "-o"; inline = String(argument.dropFirst(2))
+            }
+            switch name {
+            case "-f", "--foreground": options.foreground = true
+            case "-d", "--debug": options.debug = true; options.foreground = true; options.logLevel = "debug"
+            case "-h", "--help": options.showHelp = true
+            case "-o": try options.addMountOptions(try value(for: name, inline: inline))
+            case "--api-base": options.apiBase = try value(for: name, inline: inline)
+            case "--root": options.root = try value(for: name, inline: inline)
+            case "--token-file": options.tokenFile = try value(for: name, inline: inline)
+            case "--cache-dir": options.cacheDirectory = try value(for: name, inline: inline)
+            case "--cache-size":
+                let raw = try value(for: name, inline: inline)
+                do throws(ByteSize.Invalid) { options.cacheSize = try ByteSize.parse(raw) }
+                catch { throw UsageError(description: error.description) }
+            case "--ca-file": options.caFile = try value(for: name, inline: inline)
+            case "--log-level": options.logLevel = try value(for: name, inline: inline)
+            case "--log-file": options.logFile = try value(for: name, inline: inline)
+            case "--backend":
+                // Hidden: `memory` mounts an in-memory stand-in to test the FUSE glue alone.
+                let raw = try value(for: name, inline: inline)
+                guard let backend = Backend(rawValue: raw) else { throw UsageError(description: "unknown backend '\(raw)'") }
+                options.backend = backend
+            case "--max-threads":
+                let raw = try value(for: name, inline: inline)
+                guard let n = UInt32(raw), n >= 2 else { throw UsageError(description: "invalid --max-threads '\(raw)'") }
+                options.maxThreads = n
+            default:
+                if argument.hasPrefix("-") && argument != "-" {
+                    throw UsageError(description: "unknown option '\(argument)' (see dbxfs --help)")
+                }
+                positional.append(argument)
+            }
+            index += 1
+        }
+        if options.showHelp { return options }
+
+        guard positional.count == 1 else {
+            throw UsageError(description: positional.isEmpty ? "missing MOUNTPOINT (see dbxfs --help)"
+                             : "too many arguments: \(positional.joined(separator: " "))")
+        }
+        options.mountpoint = positional[0]
+        if options.apiBase == nil { options.apiBase = environment["DBXFS_API_BASE"] }
+        if options.tokenFile == nil, let token = environment["DBXFS_ACCESS_TOKEN"], !token.isEmpty {
+            options.token = token
+        }
+        guard LogLevel(name: options.logLevel) != nil else {
+            throw UsageError(description: "unknown log level '\(options.logLevel)' (error, warning, info, debug)")
+        }
+        options.root = try normalizedRoot(options.root)
+        return options
+    }
+
+    /// "/Some/Folder/" → "/Some/Folder"; "" and "/" → "" (the account root).
+    static func normalizedRoot(_ root: String) throws(UsageError) -> String {
+        var trimmed = root
+        while trimmed.hasSuffix("/") { trimmed.removeLast() }
+        if trimmed.isEmpty { return "" }
+        guard trimmed.hasPrefix("/") else { throw UsageError(description: "--root must start with '/' (got '\(root)')") }
+        return trimmed
+    }
+
+    private mutating func addMountOptions(_ list: String) throws(UsageError) {
+        for option in list.split(separator: ",").map(String.init) where !option.isEmpty {
+            let parts = option.split(separator: "=", maxSplits: 1).map(String.init)
+            switch parts[0] {
+            case "uid":
+                guard parts.count == 2, let uid = UInt32(parts[1]) else { throw UsageError(description: "invalid -o \(option)") }
+                self.uid = uid
+            case "gid":
+                guard parts.count == 2, let gid = UInt32(parts[1]) else { throw UsageError(description: "invalid -o \(option)") }
+                self.gid = gid
+            case "umask":
+                guard parts.count == 2, let umask = UInt16(parts[1], radix: 8), umask <= 0o777 else {
+                    throw UsageError(description: "invalid -o \(option) (expected octal, e.g. umask=022)")
+                }
+                self.umask = umask
+            case "ro":
+                readOnly = true
+                fuseOptions.append(option)
+            case "rw":
+                readOnly = false
+                fuseOptions.removeAll { $0 == "ro" }
+            // Options mount(8) passes that mean nothing to a FUSE mount.
+            case "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail": break
+            default:
+                fuseOptions.append(option)
+            }
+        }
+    }
+}
+
+extension LogLevel {
+    /// `--log-level` names ("trace" is accepted as debug, "warn" as warning).
+    init?(name: String) {
+        switch name.lowercased() {
+        case "error": self = .error
+        case "warning", "warn": self = .warning
+        case "info": self = .info
+        case "debug", "trace": self = .debug
+        default: return nil
+        }
+    }
+}

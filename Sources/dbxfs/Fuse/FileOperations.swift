@@ -1,0 +1,106 @@
+/// FUSE file operations: open, create, read, write, flush, release, fsync.
+///
+/// Reads reply from the facade's bytes with a single `fuse_reply_buf` (one copy, into the
+/// kernel). What close() waits for is the facade's decision (see docs/SEMANTICS.md): flush may
+/// report an earlier write-back error, release never waits for the network.
+import CFuse
+import Foundation
+import VFSCache
+
+enum FileOperations {
+    static func install(into ops: inout fuse_lowlevel_ops) {
+        ops.open = { req, ino, fi in
+            let fs = FuseFilesystem.from(req)
+            guard let fi else { return reply(req, error: .invalid) }
+            do throws(Errno) {
+                let opened = try fs.operations.open(ino, flags: FileOperations.openFlags(fi.pointee.flags))
+                fi.pointee.fh = opened.handle
+                dbxfs_fi_set_keep_cache(fi, opened.keepCache)
+                dbxfs_fi_set_direct_io(fi, opened.directIO)
+                if fuse_reply_open(req, fi) != 0 { fs.operations.release(ino, handle: opened.handle) }
+            } catch {
+                reply(req, error: error)
+            }
+        }
+        ops.create = { req, parent, name, _, fi in
+            let fs = FuseFilesystem.from(req)
+            guard let fi else { return reply(req, error: .invalid) }
+            guard let name = decodeName(name) else { return reply(req, error: .illegalSequence) }
+            do throws(Errno) {
+                let (entry, opened) = try fs.operations.create(parent: parent, name: name,
+                                                               flags: FileOperations.openFlags(fi.pointee.flags))
+                fi.pointee.fh = opened.handle
+                dbxfs_fi_set_keep_cache(fi, opened.keepCache)
+                dbxfs_fi_set_direct_io(fi, opened.directIO)
+                var e = fs.entryParam(entry)
+                if fuse_reply_create(req, &e, fi) != 0 {
+                    fs.operations.release(entry.attributes.ino, handle: opened.handle)
+                    fs.operations.forget(entry.attributes.ino, count: 1)
+                }
+            } catch {
+                reply(req, error: error)
+            }
+        }
+        ops.read = { req, ino, size, offset, fi in
+            let fs = FuseFilesystem.from(req)
+            do throws(Errno) {
+                let bytes = try fs.operations.read(ino, handle: fi?.pointee.fh ?? 0,
+                                                   offset: UInt64(max(0, offset)), size: size)
+                bytes.withUnsafeBufferPointer { buffer in
+                    buffer.withMemoryRebound(to: CChar.self) { chars in
+                        _ = fuse_reply_buf(req, chars.baseAddress, chars.count)
+                    }
+                }
+            } catch {
+                reply(req, error: error)
+            }
+        }
+        ops.write = { req, ino, buf, size, offset, fi in
+            let fs = FuseFilesystem.from(req)
+            do throws(Errno) {
+                let written = try fs.operations.write(ino, handle: fi?.pointee.fh ?? 0,
+                                                      offset: UInt64(max(0, offset)),
+                                                      data: UnsafeRawBufferPointer(start: buf, count: size))
+                fuse_reply_write(req, written)
+            } catch {
+                reply(req, error: error)
+            }
+        }
+        ops.flush = { req, ino, fi in
+            let fs = FuseFilesystem.from(req)
+            do throws(Errno) {
+                try fs.operations.flush(ino, handle: fi?.pointee.fh ?? 0)
+                fuse_reply_err(req, 0)
+            } catch {
+                reply(req, error: error)
+            }
+        }
+        ops.release = { req, ino, fi in
+            FuseFilesystem.from(req).operations.release(ino, handle: fi?.pointee.fh ?? 0)
+            fuse_reply_err(req, 0)
+        }
+        ops.fsync = { req, ino, _, fi in
+            let fs = FuseFilesystem.from(req)
+            do throws(Errno) {
+                try fs.operations.fsync(ino, handle: fi?.pointee.fh)
+                fuse_reply_err(req, 0)
+            } catch {
+                reply(req, error: error)
+            }
+        }
+    }
+
+    /// open(2) flags as the facade's option set.
+    static func openFlags(_ flags: Int32) -> OpenFlags {
+        var result: OpenFlags = []
+        switch flags & O_ACCMODE {
+        case O_RDONLY: result.insert(.read)
+        case O_WRONLY: result.insert(.write)
+        default: result.formUnion([.read, .write])
+        }
+        if flags & O_TRUNC != 0 { result.insert(.truncate) }
+        if flags & O_APPEND != 0 { result.insert(.append) }
+        if flags & O_EXCL != 0 { result.insert(.exclusive) }
+        return result
+    }
+}

@@ -1,0 +1,104 @@
+/// One FUSE session in libfuse's own order: create → mount → loop → unmount → destroy.
+/// Owns the `FuseFilesystem` (libfuse only holds an unretained pointer to it) and the signal
+/// handlers that turn SIGINT/SIGTERM/SIGHUP into a clean loop exit.
+///
+/// Also the home of kernel cache invalidation for the change watcher (issue 7): the `notify*`
+/// methods may be called from any thread except from inside a FUSE callback for the same inode
+/// (libfuse's deadlock rule for notify_inval_*).
+import CFuse
+import Foundation
+import VFSCache
+
+final class FuseSession {
+    struct Failure: Error, CustomStringConvertible { var description: String }
+
+    let filesystem: FuseFilesystem
+    private var session: OpaquePointer?
+    private var mounted = false
+    private var signalsInstalled = false
+
+    /// Creates the session; `mountOptions` are libfuse `-o` options (ro, allow_other, ...).
+    init(filesystem: FuseFilesystem, mountOptions: [String], debug: Bool) throws(Failure) {
+        self.filesystem = filesystem
+        var arguments = ["dbxfs"]
+        if debug { arguments.append("-d") }
+        if !mountOptions.isEmpty { arguments += ["-o", mountOptions.joined(separator: ",")] }
+        var cArguments = arguments.map { strdup($0) }
+        defer { cArguments.forEach { free($0) } }
+        var ops = makeOperationTable()
+        let userdata = Unmanaged.passUnretained(filesystem).toOpaque()
+        // libfuse parses the arguments (and rejects unknown -o options with a message of its own
+        // on stderr) and copies what it keeps, so the strings may be freed after this call.
+        let created: OpaquePointer? = cArguments.withUnsafeMutableBufferPointer { argv in
+            var args = dbxfs_args_init(Int32(argv.count), argv.baseAddress)
+            defer { fuse_opt_free_args(&args) }
+            return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata)
+        }
+        guard let created else {
+            throw Failure(description: "could not create the FUSE session (bad -o option?)")
+        }
+        session = created
+    }
+
+    func mount(at mountpoint: String) throws(Failure) {
+        guard let session else { return }
+        if fuse_set_signal_handlers(session) != 0 {
+            throw Failure(description: "could not install signal handlers")
+        }
+        signalsInstalled = true
+        if fuse_session_mount(session, mountpoint) != 0 {
+            throw Failure(description: "could not mount on \(mountpoint) (see the message above; is /dev/fuse usable?)")
+        }
+        mounted = true
+    }
+
+    /// Serves requests until unmounted or signalled. `maxThreads` bounds the worker pool: every
+    /// worker may sit on a network wait, so the pool must be larger than the number of requests
+    /// the kernel keeps in flight (max_background read-ahead plus foreground callers).
+    func loop(maxThreads: UInt32, maxIdleThreads: UInt32) -> Int32 {
+        guard let session else { return -1 }
+        let config = fuse_loop_cfg_create()
+        defer { fuse_loop_cfg_destroy(config) }
+        fuse_loop_cfg_set_max_threads(config, maxThreads)
+        fuse_loop_cfg_set_idle_threads(config, maxIdleThreads)
+        fuse_loop_cfg_set_clone_fd(config, 0)
+        return dbxfs_session_loop_mt(session, config)
+    }
+
+    /// Asks the loop to stop (as a signal would).
+    func exit() { if let session { fuse_session_exit(session) } }
+
+    func unmount() {
+        guard let session else { return }
+        if signalsInstalled { fuse_remove_signal_handlers(session); signalsInstalled = false }
+        if mounted { fuse_session_unmount(session); mounted = false }
+    }
+
+    deinit {
+        unmount()
+        if let session { fuse_session_destroy(session) }
+    }
+
+    // MARK: - Kernel cache invalidation (for the change watcher)
+
+    /// Drops the kernel's cached attributes and pages of `ino` (offset 0, length 0 = all pages).
+    @discardableResult
+    func notifyInvalidateInode(_ ino: InodeNumber) -> Int32 {
+        guard let session else { return -ENOTCONN }
+        return fuse_lowlevel_notify_inval_inode(session, ino, 0, 0)
+    }
+
+    /// Drops the kernel's cached name → inode mapping for `name` in `parent`.
+    @discardableResult
+    func notifyInvalidateEntry(parent: InodeNumber, name: String) -> Int32 {
+        guard let session else { return -ENOTCONN }
+        return name.withCString { fuse_lowlevel_notify_inval_entry(session, parent, $0, strlen($0)) }
+    }
+
+    /// Tells the kernel that `child`, named `name` in `parent`, was deleted.
+    @discardableResult
+    func notifyDelete(parent: InodeNumber, child: InodeNumber, name: String) -> Int32 {
+        guard let session else { return -ENOTCONN }
+        return name.withCString { fuse_lowlevel_notify_delete(session, parent, child, $0, strlen($0)) }
+    }
+}

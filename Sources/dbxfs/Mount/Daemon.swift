@@ -1,0 +1,80 @@
+/// Detaching from the terminal without lying about the outcome: the parent forks before any
+/// thread exists, then waits on a pipe until the child says "mounted" or sends its one-line
+/// error. So `dbxfs MOUNTPOINT` returns 0 only once the mount is live, and otherwise prints the
+/// child's reason and exits 1.
+import CFuse
+import Foundation
+
+enum Daemon {
+    /// The child's end of the pipe. Reporting closes it; the parent reads one message.
+    final class Reporter {
+        private var fd: Int32
+        init(fd: Int32) { self.fd = fd }
+
+        func succeeded() { send("ok\n") }
+        func failed(_ message: String) { send("error \(message)\n") }
+
+        private func send(_ line: String) {
+            guard fd >= 0 else { return }
+            let bytes = Array(line.utf8)
+            _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+            fd = -1
+        }
+    }
+
+    /// Forks. Returns in the child (with its reporter); the parent never returns: it exits with
+    /// the child's verdict.
+    static func detach() -> Reporter {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else {
+            printError("cannot create a pipe: \(String(cString: strerror(errno)))")
+            exit(1)
+        }
+        fflush(nil)
+        let pid = dbxfs_fork()
+        if pid < 0 {
+            printError("cannot fork: \(String(cString: strerror(errno)))")
+            exit(1)
+        }
+        if pid == 0 {
+            close(fds[0])
+            setsid()
+            return Reporter(fd: fds[1])
+        }
+        close(fds[1])
+        var message: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
+            if n > 0 { message += buffer[0..<n]; continue }
+            if n < 0 && errno == EINTR { continue }
+            break
+        }
+        let text = String(decoding: message, as: UTF8.self).trimmingCharacters(in: .newlines)
+        if text == "ok" { exit(0) }
+        if text.hasPrefix("error ") {
+            printError(String(text.dropFirst(6)))
+        } else {
+            // The child died without a word (crash): report its status.
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            printError("the mount daemon exited before the mount was ready (status \(status))")
+        }
+        exit(1)
+    }
+
+    /// Points stdin/stdout at /dev/null and stderr at the log file, once the mount is live.
+    static func redirectOutput(logFile: String?) {
+        chdir("/")
+        let null = open("/dev/null", O_RDWR)
+        if null >= 0 { dup2(null, 0); dup2(null, 1) }
+        if let logFile {
+            let fd = open(logFile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            if fd >= 0 { dup2(fd, 2); close(fd) } else if null >= 0 { dup2(null, 2) }
+        } else if null >= 0 {
+            dup2(null, 2)
+        }
+        if null > 2 { close(null) }
+    }
+}

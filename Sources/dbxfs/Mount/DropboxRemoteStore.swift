@@ -1,0 +1,278 @@
+/// `DropboxRemoteStore`: the cache layer's `RemoteStore`, over the `DropboxRemote` client.
+///
+/// Two jobs besides forwarding calls:
+/// - `--root`: paths going out get the mount root prefixed ("/a" → "/Root/a"); paths coming back
+///   lose it again ("/root/a" → "/a"), so VFSCache only ever sees paths relative to the mount.
+///   Entries outside the root (never expected) and the root folder itself (which a recursive
+///   listing of a non-root folder includes) are dropped from listings.
+/// - errors: the client's typed `DropboxError` becomes a `RemoteError`, in `remoteError(_:)`.
+/// The client does the retries (429, 5xx, transport, token refresh), so nothing is retried here.
+import DropboxRemote
+import Foundation
+import VFSCache
+
+final class DropboxRemoteStore: RemoteStore {
+    let client: DropboxClient
+    /// The mount root as given ("" for the whole account), display case, no trailing slash.
+    let root: String
+    private let rootLower: String
+
+    init(client: DropboxClient, root: String) {
+        self.client = client
+        self.root = root
+        self.rootLower = root.lowercased()
+    }
+
+    // MARK: Paths
+
+    /// VFSCache path → Dropbox path.
+    func outgoing(_ path: String) -> String { root + path }
+
+    /// Dropbox path (lowercased) → VFSCache path, or nil when outside the root.
+    func incomingLower(_ pathLower: String) -> String? {
+        if rootLower.isEmpty { return pathLower }
+        guard pathLower.hasPrefix(rootLower) else { return nil }
+        let rest = pathLower.dropFirst(rootLower.count)
+        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
+        return String(rest)
+    }
+
+    /// Dropbox display path → VFSCache display path. The display case of the root's own
+    /// components may differ from `--root`'s, so this drops as many components as the root has.
+    func incomingDisplay(_ pathDisplay: String) -> String {
+        if root.isEmpty { return pathDisplay }
+        let rootComponents = root.split(separator: "/").count
+        let components = pathDisplay.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let rest = components.dropFirst(rootComponents)
+        return rest.isEmpty ? "" : "/" + rest.joined(separator: "/")
+    }
+
+    func entry(_ metadata: Metadata) -> RemoteEntry? {
+        guard let lower = metadata.pathLower, let relativeLower = incomingLower(lower) else { return nil }
+        let display = incomingDisplay(metadata.pathDisplay ?? lower)
+        switch metadata {
+        case .file(let f):
+            return RemoteEntry(id: f.id, name: f.name, pathLower: relativeLower, pathDisplay: display,
+                               kind: .file(size: f.size, rev: f.rev, contentHash: f.contentHash,
+                                           clientModified: f.clientModified, serverModified: f.serverModified))
+        case .folder(let f):
+            return RemoteEntry(id: f.id, name: f.name, pathLower: relativeLower, pathDisplay: display, kind: .folder)
+        case .deleted:
+            return nil
+        }
+    }
+
+    private func change(_ metadata: Metadata) -> RemoteChange? {
+        if case .deleted(let d) = metadata {
+            guard let lower = d.pathLower, let relative = incomingLower(lower), !relative.isEmpty else { return nil }
+            return .deleted(pathLower: relative, pathDisplay: incomingDisplay(d.pathDisplay ?? lower))
+        }
+        guard let entry = entry(metadata), !entry.pathLower.isEmpty else { return nil }
+        return .upsert(entry)
+    }
+
+    private func page(_ result: ListFolderResult) -> RemoteListPage {
+        RemoteListPage(changes: result.entries.compactMap(change), cursor: result.cursor, hasMore: result.hasMore)
+    }
+
+    private func required(_ metadata: Metadata, _ path: String) throws(RemoteError) -> RemoteEntry {
+        guard let entry = entry(metadata) else { throw .other("\(path): the server answered with a path outside the mount root") }
+        return entry
+    }
+
+    // MARK: RemoteStore
+
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? {
+        let found: Metadata?
+        do { found = try client.metadataIfExists(path: outgoing(path)) } catch { throw remoteError(error, path) }
+        guard let found else { return nil }
+        return try required(found, path)
+    }
+
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        do { return page(try client.listFolder(path: outgoing(path), recursive: recursive, limit: limit)) }
+        catch { throw remoteError(error, path) }
+    }
+
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
+        do { return page(try client.listFolderContinue(cursor: cursor)) } catch { throw remoteError(error, "(listing)") }
+    }
+
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String {
+        do { return try client.getLatestCursor(path: outgoing(path), recursive: recursive) }
+        catch { throw remoteError(error, path) }
+    }
+
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) {
+        do {
+            let result = try client.longpoll(cursor: cursor, timeout: timeout)
+            return (result.changes, result.backoff)
+        } catch { throw remoteError(error, "(longpoll)") }
+    }
+
+    func download(path: String, rev: String?, range: Range<UInt64>?,
+                  sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        // By rev when known: a file replaced meanwhile must not serve new bytes under an old rev.
+        let source = rev.map { "rev:\($0)" } ?? outgoing(path)
+        do {
+            try withoutActuallyEscaping(sink) { (sink) throws(DropboxError) in
+                _ = try client.download(path: source, range: range, sink: sink)
+            }
+        } catch { throw remoteError(error, path) }
+    }
+
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        let cancel = CancelHandle()
+        do {
+            let metadata = try client.upload(commitInfo(commit), body: .file(file, offset: 0, length: length),
+                                             contentHash: commit.contentHash,
+                                             progress: bridge(progress, cancel), cancel: cancel)
+            return try required(.file(metadata), commit.path)
+        } catch let error as DropboxError { throw remoteError(error, commit.path) }
+        catch let error as RemoteError { throw error }
+        catch { throw .other("\(error)") }
+    }
+
+    func startSession(concurrent: Bool) throws(RemoteError) -> String {
+        do { return try client.uploadSessionStart(type: concurrent ? .concurrent : .sequential) }
+        catch { throw remoteError(error, "(upload session)") }
+    }
+
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool,
+                       progress: RemoteProgress?) throws(RemoteError) {
+        let cancel = CancelHandle()
+        do {
+            try client.uploadSessionAppend(sessionID: id, offset: offset, body: .file(file, offset: offset, length: length),
+                                           close: close, progress: bridge(progress, cancel), cancel: cancel)
+        } catch { throw remoteError(error, "(upload session \(id))") }
+    }
+
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)])
+        throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        let batch = entries.map {
+            UploadSessionFinishEntry(sessionID: $0.session.sessionID, length: $0.session.length,
+                                     commit: commitInfo($0.commit), fileContentHash: $0.commit.contentHash)
+        }
+        let results: [Result<FileMetadata, DropboxError>]
+        do { results = try client.uploadSessionFinishBatch(batch) } catch { throw remoteError(error, "(finish batch)") }
+        return zip(results, entries).map { result, entry in
+            switch result {
+            case .success(let metadata):
+                guard let remote = self.entry(.file(metadata)) else {
+                    return .failure(.other("\(entry.commit.path): committed outside the mount root"))
+                }
+                return .success(remote)
+            case .failure(let error):
+                return .failure(self.remoteError(error, entry.commit.path))
+            }
+        }
+    }
+
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry {
+        do { return try required(.folder(try client.createFolder(path: outgoing(path))), path) }
+        catch let error as DropboxError { throw remoteError(error, path) }
+        catch let error as RemoteError { throw error }
+        catch { throw .other("\(error)") }
+    }
+
+    func delete(path: String) throws(RemoteError) {
+        do { _ = try client.delete(path: outgoing(path)) } catch { throw remoteError(error, path) }
+    }
+
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry {
+        let moved: Metadata
+        do { moved = try client.move(from: outgoing(from), to: outgoing(to)) } catch { throw remoteError(error, from) }
+        return try required(moved, to)
+    }
+
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry {
+        let copied: Metadata
+        do { copied = try client.copy(from: outgoing(from), to: outgoing(to)) } catch { throw remoteError(error, from) }
+        return try required(copied, to)
+    }
+
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
+        do {
+            let usage = try client.spaceUsage()
+            return (usage.used, usage.allocated)
+        } catch { throw remoteError(error, "(space usage)") }
+    }
+
+    // MARK: Helpers
+
+    private func commitInfo(_ commit: RemoteCommit) -> CommitInfo {
+        let mode: WriteMode = switch commit.mode {
+        case .add: .add
+        case .overwrite: .overwrite
+        case .update(let rev): .update(rev: rev)
+        }
+        // strict_conflict: an `update` whose rev is stale must conflict even if the bytes match.
+        return CommitInfo(path: outgoing(commit.path), mode: mode, autorename: false,
+                          clientModified: commit.clientModified, mute: false, strictConflict: true)
+    }
+
+    /// The cache layer's progress can cancel; the client's cannot, so cancel through a handle.
+    private func bridge(_ progress: RemoteProgress?, _ cancel: CancelHandle) -> DropboxRemote.TransferProgress? {
+        guard let progress else { return nil }
+        return { done, total in if !progress(done, total) { cancel.cancel() } }
+    }
+
+    /// The one mapping from the client's errors to the cache layer's. `path` names the file in
+    /// the messages that end up in the log.
+    func remoteError(_ error: DropboxError, _ path: String) -> RemoteError {
+        switch error {
+        case .route(let route, let summary):
+            switch route {
+            case .reset: return .cursorReset
+            case .uploadSession(.notFound), .uploadSession(.closed): return .sessionGone(summary)
+            case .path(let lookup), .pathLookup(let lookup), .fromLookup(let lookup):
+                return lookupError(lookup, path, summary)
+            case .pathWrite(let write), .pathWriteOnDelete(let write), .fromWrite(let write), .to(let write):
+                return writeError(write, path, summary)
+            case .other(let tag):
+                switch tag {
+                case "too_many_write_operations": return .rateLimited(retryAfter: 1)
+                case "cant_move_folder_into_itself", "cant_copy_shared_folder", "cant_nest_shared_folder",
+                     "cant_move_shared_folder", "cant_move_into_vault", "cant_move_into_family",
+                     "duplicated_or_nested_paths", "too_many_files", "insufficient_quota":
+                    return tag == "insufficient_quota" ? .insufficientSpace : .invalidOperation("\(path): \(tag)")
+                default: return .other("\(path): \(summary.isEmpty ? tag : summary)")
+                }
+            case .uploadSession: return .other("\(path): \(summary)")
+            }
+        case .auth(_, let summary): return .auth(summary.isEmpty ? "access token rejected" : summary)
+        case .accessDenied(let tag, _): return .auth("access denied (\(tag))")
+        case .rateLimited(_, let retryAfter): return .rateLimited(retryAfter: retryAfter)
+        case .badInput(let message): return .other("\(path): bad request: \(message.prefix(200))")
+        case .server(let status, let message): return .unavailable("\(path): HTTP \(status) \(message.prefix(200))")
+        case .transport(_, let message): return .unavailable("\(path): \(message)")
+        case .cancelled: return .cancelled
+        case .unexpectedResponse(let message): return .other("\(path): \(message)")
+        case .localIO(let message): return .other("\(path): \(message)")
+        case .contentChanged: return .conflict("\(path): changed on Dropbox during the download")
+        }
+    }
+
+    private func lookupError(_ error: LookupError, _ path: String, _ summary: String) -> RemoteError {
+        switch error {
+        case .notFound: .notFound(path)
+        case .notFile: .notFile(path)
+        case .notFolder: .notFolder(path)
+        case .malformedPath: .malformedPath(path)
+        default: .other("\(path): \(summary)")
+        }
+    }
+
+    private func writeError(_ error: WriteError, _ path: String, _ summary: String) -> RemoteError {
+        switch error {
+        case .conflict(.fileAncestor): .notFolder(path)
+        case .conflict: .conflict(path)
+        case .insufficientSpace: .insufficientSpace
+        case .disallowedName: .disallowedName(path)
+        case .malformedPath: .malformedPath(path)
+        case .tooManyWriteOperations: .rateLimited(retryAfter: 1)
+        case .noWritePermission, .teamFolder, .accessRestricted: .auth("\(path): no write permission")
+        default: .other("\(path): \(summary)")
+        }
+    }
+}

@@ -1,0 +1,147 @@
+/// What a mount serves: builds the `FilesystemOperations` the glue calls (the real `VFS` over
+/// Dropbox, or the in-memory stand-in), and knows how to shut it down after unmount.
+///
+/// For Dropbox it first checks what can stop the mount, so each refusal is one line before
+/// anything is mounted: a missing or rejected token, an unreachable server, a `--root` that is
+/// not a folder.
+import ContentHash
+import DropboxRemote
+import Foundation
+import VFSCache
+
+struct MountBackend: CustomStringConvertible {
+    struct Failure: Error, CustomStringConvertible { var description: String }
+
+    let operations: any FilesystemOperations
+    let description: String
+    /// Where the daemon's stderr goes once detached (nil: nowhere).
+    let logFile: String?
+    let shutdown: () -> Void
+
+    static func open(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
+        switch options.backend {
+        case .memory:
+            let memory = MemoryFilesystem(uid: options.uid, gid: options.gid, umask: options.umask)
+            return MountBackend(operations: memory, description: "an in-memory filesystem",
+                                logFile: options.logFile, shutdown: {})
+        case .dropbox:
+            return try openDropbox(options: options, logger: logger)
+        }
+    }
+
+    private static func openDropbox(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
+        let token = try accessToken(options)
+        let endpoints = options.apiBase.map { Endpoints(overridingAllWith: $0) } ?? .dropbox
+        let serverName = options.apiBase ?? "Dropbox"
+
+        // The start-up check fails fast (two attempts, short connect timeout) so a wrong URL or a
+        // dead network gives its one line within seconds rather than after the full retry budget.
+        let checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                     retryPolicy: RetryPolicy(maxAttempts: 2))
+        let checker = DropboxClient(configuration: checkConfiguration, tokens: TokenProvider(accessToken: token))
+        let account: FullAccount
+        do {
+            account = try checker.currentAccount()
+        } catch {
+            throw Failure(description: startupMessage(error, server: serverName))
+        }
+        if !options.root.isEmpty {
+            do {
+                guard let root = try checker.metadataIfExists(path: options.root) else {
+                    throw Failure(description: "--root \(options.root) does not exist on \(serverName)")
+                }
+                guard root.folder != nil else { throw Failure(description: "--root \(options.root) is a file, not a folder") }
+            } catch let error as DropboxError {
+                throw Failure(description: startupMessage(error, server: serverName))
+            } catch let error as Failure {
+                throw error
+            } catch {
+                throw Failure(description: "\(error)")
+            }
+        }
+
+        let cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
+        let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
+                                   tokens: TokenProvider(accessToken: token))
+        let remote = DropboxRemoteStore(client: client, root: options.root)
+
+        var config = VFSConfig(uid: options.uid, gid: options.gid)
+        config.umask = options.umask
+        config.cacheDirectory = cacheDirectory
+        config.diskCacheBytes = Int64(clamping: options.cacheSize)
+        let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
+        let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
+        let operations = try makeFilesystem(remote: remote, config: config, logger: logger)
+        return MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
+                            shutdown: operations.shutdown)
+    }
+
+    /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
+    /// is built or stopped.
+    private static func makeFilesystem(remote: any RemoteStore, config: VFSConfig, logger: Logger)
+        throws(Failure) -> (filesystem: any FilesystemOperations, shutdown: () -> Void) {
+        do {
+            let vfs = try VFS(remote: remote, config: config, logger: logger)
+            // After unmount: let queued background work (read-ahead, disk-cache writes) finish.
+            return (vfs, { vfs.shutdown() })
+        } catch {
+            throw Failure(description: error.description)
+        }
+    }
+
+    /// The token from --token-file, else $DBXFS_ACCESS_TOKEN.
+    private static func accessToken(_ options: MountOptions) throws(Failure) -> String {
+        if let path = options.tokenFile {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw Failure(description: "cannot read the token file \(path)")
+            }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !token.isEmpty else { throw Failure(description: "the token file \(path) is empty") }
+            return token
+        }
+        guard let token = options.token else {
+            throw Failure(description: "no access token: set DBXFS_ACCESS_TOKEN or pass --token-file FILE")
+        }
+        return token
+    }
+
+    /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
+    /// so two accounts, or two roots of one account, never share a cache. Created 0700.
+    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String) throws(Failure) -> URL {
+        let path: String
+        if let explicit = options.cacheDirectory {
+            path = explicit
+        } else {
+            let environment = ProcessInfo.processInfo.environment
+            let base = environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.cache")
+            let key = "\(options.apiBase ?? "dropbox")\n\(accountID)\n\(options.root.lowercased())"
+            path = base + "/dbxfs/" + String(hex(sha256(Array(key.utf8))).prefix(16))
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw Failure(description: "cannot create the cache directory \(path): \(error.localizedDescription)")
+        }
+        guard access(path, W_OK) == 0 else { throw Failure(description: "the cache directory \(path) is not writable") }
+        return URL(fileURLWithPath: path)
+    }
+
+    private static func startupMessage(_ error: DropboxError, server: String) -> String {
+        switch error {
+        case .auth(let reason, _):
+            return "the access token was rejected by \(server) (\(reason)); check DBXFS_ACCESS_TOKEN or --token-file"
+        case .accessDenied(let tag, _):
+            return "access denied by \(server) (\(tag))"
+        case .transport(_, let message):
+            return "cannot reach \(server): \(message)"
+        case .server(let status, _):
+            return "\(server) is failing (HTTP \(status)); try again later"
+        case .rateLimited(_, let retryAfter):
+            return "\(server) is rate limiting this app; retry in \(Int(retryAfter.rounded(.up))) s"
+        default:
+            return "\(server) answered unexpectedly: \(error)"
+        }
+    }
+}

@@ -1,0 +1,220 @@
+"""Fixtures for the mount tests: the built `dbxfs` binary, the emulator (started per the
+contract in docs/EMULATOR.md), and `Mount`, which runs the binary against a mountpoint and always
+unmounts and reaps it, even when the test fails.
+
+Everything here skips cleanly when /dev/fuse or fusermount3 is missing.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EMULATOR = REPO / "scripts" / "dbx-emulator"
+TOKEN = "mount-test-token"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None:
+        skip = pytest.mark.skip(reason="needs /dev/fuse and fusermount3")
+        for item in items:
+            if "Tests/mount" in str(item.fspath):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def dbxfs_binary():
+    """The dbxfs executable: $DBXFS_BIN, or the package's debug build (built if missing)."""
+    if os.environ.get("DBXFS_BIN"):
+        return os.environ["DBXFS_BIN"]
+    bin_path = subprocess.run(["swift", "build", "--show-bin-path"], cwd=REPO, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    binary = Path(bin_path) / "dbxfs"
+    if not binary.exists():
+        subprocess.run(["swift", "build", "--product", "dbxfs"], cwd=REPO, check=True)
+    return str(binary)
+
+
+def mounted_at(path):
+    """Whether `path` is a mount point, per /proc/self/mountinfo."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            field = line.split(" ")[4].replace("\\040", " ")
+            if field == path:
+                return True
+    return False
+
+
+def force_unmount(path):
+    if not mounted_at(path):
+        return
+    subprocess.run(["fusermount3", "-u", path], capture_output=True)
+    if mounted_at(path):
+        subprocess.run(["fusermount3", "-uz", path], capture_output=True)
+
+
+class Mount:
+    """One dbxfs process serving one mountpoint. Use as a context manager or call stop()."""
+
+    def __init__(self, binary, mountpoint, args, env=None, log_path=None):
+        self.binary = binary
+        self.path = str(mountpoint)
+        self.args = list(args)
+        self.env = dict(os.environ, **(env or {}))
+        self.log_path = log_path or (Path(self.path).parent / (Path(self.path).name + ".log"))
+        self.proc = None
+
+    def start(self, timeout=30):
+        """Mounts in the foreground (-f) in a subprocess and waits until the mount is live."""
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([self.binary, "-f", *self.args, self.path], env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if mounted_at(self.path):
+                return self
+            if self.proc.poll() is not None:
+                raise AssertionError(f"dbxfs exited with {self.proc.returncode}: {self.read_log()}")
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"mount did not come up in {timeout}s: {self.read_log()}")
+
+    def read_log(self):
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        """fusermount3 -u, then -uz, then SIGTERM/SIGKILL; waits for the process to exit."""
+        force_unmount(self.path)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.log.close()
+        return self.proc.returncode if self.proc else None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class Emulator:
+    """scripts/dbx-emulator in a subprocess, seeded from a local tree."""
+
+    def __init__(self, data_dir, seed=None, extra=()):
+        self.data_dir = Path(data_dir)
+        self.control_token = "mount-test-control"
+        args = [sys.executable, str(EMULATOR), "--data", str(self.data_dir), "--port", "0",
+                "--token", TOKEN, "--control-token", self.control_token, *extra]
+        if seed is not None:
+            args += ["--seed", str(seed)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise AssertionError(f"emulator did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+        self.url = line.split(" ", 2)[2]
+
+    def control(self, path, body=None, method="GET"):
+        """One /_control request; a body makes it a POST."""
+        if body is not None:
+            method = "POST"
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        req = urllib.request.Request(self.url + "/_control/" + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + self.control_token,
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+
+    def reset_stats(self):
+        self.control("stats/reset", method="POST")
+
+    def stats(self):
+        return self.control("stats")
+
+    def configure(self, **settings):
+        return self.control("config", settings)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def write_seed(root):
+    """The seed tree the read tests compare against. Deterministic, ~70 MiB."""
+    rng = random.Random(4)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "file.txt").write_text("hello from dropbox\n")
+    (root / "empty").write_bytes(b"")
+    docs = root / "Docs"
+    docs.mkdir()
+    (docs / "Report.md").write_text("# Report\n" + "line\n" * 1000)
+    (docs / "notes.txt").write_bytes(rng.randbytes(100_000))
+    nested = docs / "Deep" / "Deeper"
+    nested.mkdir(parents=True)
+    (nested / "leaf.bin").write_bytes(rng.randbytes(5_000_000))
+    uni = root / "Ünïcödé ☃"
+    uni.mkdir()
+    (uni / "日本語.txt").write_text("こんにちは\n")
+    (uni / "emoji 😀.txt").write_text("smile\n")
+    (uni / "café.txt").write_text("noël\n")
+    many = root / "many"
+    many.mkdir()
+    for i in range(10_000):
+        (many / f"f{i:05d}.txt").write_text(f"{i}\n")
+    (root / "large.bin").write_bytes(rng.randbytes(64 << 20))
+    return root
+
+
+@pytest.fixture(scope="session")
+def seed_tree(tmp_path_factory):
+    return write_seed(tmp_path_factory.mktemp("seed") / "tree")
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory, seed_tree):
+    if not EMULATOR.exists():
+        pytest.skip("scripts/dbx-emulator is not in the tree yet")
+    emu = Emulator(tmp_path_factory.mktemp("emulator-data"), seed=seed_tree)
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def mountpoint(tmp_path):
+    path = tmp_path / "mnt"
+    path.mkdir()
+    yield path
+    force_unmount(str(path))
+
+
+def dropbox_args(emulator, cache_dir, *extra):
+    return ["--api-base", emulator.url, "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
+
+
+def dropbox_env():
+    return {"DBXFS_ACCESS_TOKEN": TOKEN}
