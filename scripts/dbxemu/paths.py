@@ -12,13 +12,13 @@ from .errors import BadRequest
 
 PATTERNS = {
     # files.stone ReadPath (get_metadata, download)
-    "read": r"(/(.|[\r\n])*|id:.*)|(rev:[0-9a-f]{9,})|(ns:[0-9]+(/.*)?)",
+    "read": r"(/(.|[\r\n])*|id:.*)|(rev:[0-9a-f]{9,})|(ns:[0-9]+(/(.|[\r\n])*)?)",
     # ListFolderArg.path: "" is the root
-    "list": r"(/(.|[\r\n])*)?|id:.*|(ns:[0-9]+(/.*)?)",
+    "list": r"(/(.|[\r\n])*)?|id:.*|(ns:[0-9]+(/(.|[\r\n])*)?)",
     # WritePathOrId (upload, delete, move, copy)
-    "write": r"(/(.|[\r\n])*)|(ns:[0-9]+(/.*)?)|(id:.*)",
+    "write": r"(/(.|[\r\n])*)|(ns:[0-9]+(/(.|[\r\n])*)?)|(id:.*)",
     # WritePath (create_folder)
-    "write_path": r"(/(.|[\r\n])*)|(ns:[0-9]+(/.*)?)",
+    "write_path": r"(/(.|[\r\n])*)|(ns:[0-9]+(/(.|[\r\n])*)?)",
 }
 
 # Names Dropbox refuses to store (compared case-insensitively); rclone refuses the same list.

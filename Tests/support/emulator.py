@@ -1,0 +1,196 @@
+"""A reusable handle on scripts/dbx-emulator for Python test suites (pytest or plain scripts).
+
+Stable interface (other suites import this; change it only by adding):
+
+    from emulator import Emulator          # with Tests/support on sys.path
+
+    with Emulator(data_dir, token="test-token", tls=False, seed=None, extra_args=(), port=0,
+                  control_token="control-token", log_dir=None, tls_cert=None, tls_key=None) as emu:
+        emu.url              # "http://127.0.0.1:PORT" (https:// with tls=True)
+        emu.token            # the long-lived access token the emulator accepts
+        emu.control_token    # the token of the /_control endpoint
+        emu.ca_file          # with tls=True: the PEM of the certificate (also its own CA); made
+                             # with the openssl CLI unless tls_cert/tls_key are given
+        emu.config(fail_rate=0.1, latency_ms=20)   # POST /_control/config; returns the settings
+        emu.stats()          # {"requests": {"files/list_folder": N, ...}, "total": N, "faults": {...}}
+        emu.reset_stats()
+        emu.reset_cursors()  # every cursor issued so far answers 409 reset
+        emu.api("files/create_folder_v2", {"path": "/a"})   # RPC call; returns the JSON result
+        emu.upload("/a/b.txt", b"data", mode="overwrite")    # files/upload; returns FileMetadata
+        emu.download("/a/b.txt")                             # bytes
+        emu.restart()        # stop and start again on the same data (and the same port)
+
+`api` raises `EmulatorError(status, body)` for any non-2xx answer (body is the parsed JSON when
+the answer is JSON, else text). `start()` waits for the "listening on" line; `stop()` sends
+SIGTERM, then SIGKILL after 5 s, and is also registered with atexit, so the process never
+outlives the test run. The emulator's stderr goes to `<data_dir>/../emulator-<port>.log`
+when `log_dir` is not given.
+"""
+
+import atexit
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EMULATOR = os.path.join(ROOT, "scripts", "dbx-emulator")
+
+
+class EmulatorError(Exception):
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+def make_certificate(directory, hostname="127.0.0.1"):
+    """A throwaway self-signed certificate for 127.0.0.1/localhost, made with the openssl CLI."""
+    cert = os.path.join(directory, "cert.pem")
+    key = os.path.join(directory, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-keyout", key, "-out", cert, "-subj", "/CN=" + hostname,
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-addext", "basicConstraints=critical,CA:TRUE"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+class Emulator:
+    def __init__(self, data_dir, token="test-token", tls=False, seed=None, extra_args=(), port=0,
+                 control_token="control-token", log_dir=None, tls_cert=None, tls_key=None):
+        self.data_dir = os.path.abspath(data_dir)
+        self.token = token
+        self.tls = tls
+        self.seed = seed
+        self.extra_args = list(extra_args)
+        self.port = port
+        self.control_token = control_token
+        self.log_dir = log_dir
+        self.proc = None
+        self.url = None
+        self.ca_file = tls_cert
+        self._key_file = tls_key
+        self._ssl_context = ssl.create_default_context(cafile=tls_cert) if tls_cert else None
+        self._log = None
+
+    # ----- lifecycle -----
+    def start(self):
+        os.makedirs(self.data_dir, exist_ok=True)
+        cmd = [sys.executable, EMULATOR, "--data", self.data_dir, "--port", str(self.port),
+               "--control-token", self.control_token]
+        if self.token:
+            cmd += ["--token", self.token]
+        if self.tls:
+            if self.ca_file is None:
+                cert_dir = tempfile.mkdtemp(prefix="emu-cert-")
+                self.ca_file, self._key_file = make_certificate(cert_dir)
+                self._ssl_context = ssl.create_default_context(cafile=self.ca_file)
+            cmd += ["--tls-cert", self.ca_file, "--tls-key", self._key_file]
+        if self.seed:
+            cmd += ["--seed", self.seed]
+        cmd += self.extra_args
+        log_dir = self.log_dir or os.path.dirname(self.data_dir)
+        self._log = open(os.path.join(log_dir, f"emulator-{os.getpid()}-{id(self)}.log"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        atexit.register(self.stop)
+        line = self._read_first_line(timeout=30)
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(f"emulator did not start: {line!r} (see {self._log.name})")
+        self.url = line.split()[-1]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        # Keep draining stdout so the emulator can never block on a full pipe.
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        return self
+
+    def _read_first_line(self, timeout):
+        result = []
+        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return result[0].decode().strip() if result else ""
+
+    def stop(self):
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            try:
+                proc.stdout.close()
+            except OSError:
+                pass
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # ----- HTTP helpers -----
+    def _request(self, path, body=None, headers=None, method="POST"):
+        req = urllib.request.Request(self.url + path, data=body, headers=headers or {}, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=120, context=self._ssl_context) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode("utf-8", "replace")
+            raise EmulatorError(err.code, parsed) from None
+
+    def _control(self, path, payload=None, method="POST"):
+        body = None if payload is None else json.dumps(payload).encode()
+        headers = {"Authorization": "Bearer " + self.control_token, "Content-Type": "application/json"}
+        return json.loads(self._request("/_control/" + path, body, headers, method)[2])
+
+    def config(self, **settings):
+        return self._control("config", settings)
+
+    def stats(self):
+        return self._control("stats", method="GET")
+
+    def reset_stats(self):
+        return self._control("stats/reset", {})
+
+    def reset_cursors(self):
+        return self._control("reset_cursors", {})
+
+    def api(self, route, arg=None):
+        headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/json"}
+        body = json.dumps(arg).encode()
+        return json.loads(self._request("/2/" + route, body, headers)[2])
+
+    def upload(self, path, data, mode="add", autorename=False, **commit):
+        arg = {"path": path, "mode": mode, "autorename": autorename, **commit}
+        headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/octet-stream",
+                   "Dropbox-API-Arg": json.dumps(arg)}
+        return json.loads(self._request("/2/files/upload", bytes(data), headers)[2])
+
+    def download(self, path, byte_range=None):
+        headers = {"Authorization": "Bearer " + self.token, "Dropbox-API-Arg": json.dumps({"path": path})}
+        if byte_range:
+            headers["Range"] = byte_range
+        return self._request("/2/files/download", b"", headers)[2]
