@@ -1,11 +1,10 @@
-"""Fixtures for the mount tests: the built `dbxfs` binary, the emulator (started per the
-contract in docs/EMULATOR.md), and `Mount`, which runs the binary against a mountpoint and always
+"""Fixtures for the mount tests: the built `dbxfs` binary, the emulator (Tests/support/emulator.py,
+seeded from a generated tree), and `Mount`, which runs the binary against a mountpoint and always
 unmounts and reaps it, even when the test fails.
 
 Everything here skips cleanly when /dev/fuse or fusermount3 is missing.
 """
 
-import json
 import os
 import random
 import shutil
@@ -13,13 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EMULATOR = REPO / "scripts" / "dbx-emulator"
+sys.path.insert(0, str(REPO / "Tests" / "support"))
+from emulator import EMULATOR, Emulator  # noqa: E402  (the shared emulator handle)
+
 TOKEN = "mount-test-token"
 
 
@@ -118,52 +118,6 @@ class Mount:
         self.stop()
 
 
-class Emulator:
-    """scripts/dbx-emulator in a subprocess, seeded from a local tree."""
-
-    def __init__(self, data_dir, seed=None, extra=()):
-        self.data_dir = Path(data_dir)
-        self.control_token = "mount-test-control"
-        args = [sys.executable, str(EMULATOR), "--data", str(self.data_dir), "--port", "0",
-                "--token", TOKEN, "--control-token", self.control_token, *extra]
-        if seed is not None:
-            args += ["--seed", str(seed)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("listening on "):
-            self.proc.kill()
-            raise AssertionError(f"emulator did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
-        self.url = line.split(" ", 2)[2]
-
-    def control(self, path, body=None, method="GET"):
-        """One /_control request; a body makes it a POST."""
-        if body is not None:
-            method = "POST"
-        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-        req = urllib.request.Request(self.url + "/_control/" + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + self.control_token,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read() or b"null")
-
-    def reset_stats(self):
-        self.control("stats/reset", method="POST")
-
-    def stats(self):
-        return self.control("stats")
-
-    def configure(self, **settings):
-        return self.control("config", settings)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def write_seed(root):
     """The seed tree the read tests compare against. Deterministic, ~70 MiB."""
     rng = random.Random(4)
@@ -197,9 +151,9 @@ def seed_tree(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory, seed_tree):
-    if not EMULATOR.exists():
+    if not os.path.exists(EMULATOR):
         pytest.skip("scripts/dbx-emulator is not in the tree yet")
-    emu = Emulator(tmp_path_factory.mktemp("emulator-data"), seed=seed_tree)
+    emu = Emulator(tmp_path_factory.mktemp("emulator") / "data", token=TOKEN, seed=str(seed_tree)).start()
     yield emu
     emu.stop()
 

@@ -152,7 +152,7 @@ def test_read_survives_injected_5xx_and_resets(dbxfs_binary, emulator, seed_tree
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     with Mount(dbxfs_binary, mnt, dropbox_args(emulator, tmp_path / "cache"), env=dropbox_env()):
-        emulator.configure(fail_rate=0.2, reset_rate=0.1)
+        emulator.config(fail_rate=0.2, reset_rate=0.1)
         try:
             before = emulator.stats()["faults"]
             for rel in ["Docs/Deep/Deeper/leaf.bin", "Docs/notes.txt", "file.txt"]:
@@ -164,7 +164,7 @@ def test_read_survives_injected_5xx_and_resets(dbxfs_binary, emulator, seed_tree
             after = emulator.stats()["faults"]
             assert after["fail"] + after["reset"] > before["fail"] + before["reset"]  # faults did happen
         finally:
-            emulator.configure(fail_rate=0, reset_rate=0)
+            emulator.config(fail_rate=0, reset_rate=0)
 
 
 def test_idle_unmount_then_warm_remount(dbxfs_binary, emulator, seed_tree, tmp_path):
