@@ -1,0 +1,258 @@
+/// What happens around each transfer: preparing a job (content hash, post-crash checks), keeping
+/// its journal row current, and acting on the outcome of its commit: confirmed (drop the row, then
+/// the staging file), conflict (check whether it is really ours that landed, else keep both as a
+/// conflicted copy), or failure (back off, restart the session, or hold and report).
+///
+/// Every job ends in exactly one call to `finish`, which clears its in-flight marker.
+import Foundation
+import Synchronization
+
+extension WriteBackEngine {
+    /// The commit of a job: its path (or its conflicted copy's), mode and content hash.
+    func commit(for job: UploadJob) -> RemoteCommit {
+        RemoteCommit(path: job.record.commitPath ?? job.record.path, mode: job.record.base.mode,
+                     clientModified: job.record.clientModified, contentHash: job.record.contentHash)
+    }
+
+    /// A progress callback that records bytes done and stops the transfer once cancelled.
+    func progress(for job: UploadJob, base: UInt64 = 0) -> RemoteProgress {
+        let active = job.active
+        return { [self] done, _ in
+            active.done.store(base + done, ordering: .relaxed)
+            return !active.cancelled.load(ordering: .relaxed) && !stopFlag.load(ordering: .relaxed)
+        }
+    }
+
+    /// Hashes the staging file if needed. After a restart, also checks that the bytes still match
+    /// the journal (else the session is dropped), and whether a commit sent before the crash
+    /// landed: returns that entry if so.
+    func prepare(_ job: inout UploadJob) throws(RemoteError) -> RemoteEntry? {
+        guard job.record.contentHash == nil || job.verifyContent else { return nil }
+        let hash: String
+        do { hash = try job.file.contentHash(length: job.record.size) } catch {
+            throw RemoteError.other("cannot read staging file of \(job.record.path): \(error)")
+        }
+        if let old = job.record.contentHash, old != hash {
+            job.record.sessionID = nil
+            job.record.sessionClosed = false
+            job.record.sessionConcurrent = false
+        }
+        job.record.contentHash = hash
+        if job.verifyContent, job.record.state == .committing {
+            let target = job.record.commitPath ?? job.record.path
+            if let entry = try remote.metadata(path: target), !entry.isFolder, entry.contentHash == hash {
+                return entry
+            }
+        }
+        guard persist(job, resetChunks: job.record.sessionID == nil, verified: job.verifyContent) else { throw .cancelled }
+        return nil
+    }
+
+    /// Saves the job's copy of its row if the job is still the current one. False means stale
+    /// (cancelled, superseded, removed, engine stopped): the job must stop without committing.
+    func persist(_ job: UploadJob, resetChunks: Bool = false, verified: Bool = false) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        guard isCurrent(job) else { return false }
+        do {
+            try journal.database.transaction {
+                if resetChunks { try journal.forgetChunks(staging: job.record.staging) }
+                try journal.save(job.record)
+            }
+        } catch {
+            WriteBackLog.error("cannot update the journal for \(job.record.path): \(error)")
+            return false
+        }
+        let dirty = files[job.key]!
+        dirty.record = job.record
+        if verified { dirty.verifyContent = false }
+        return true
+    }
+
+    /// Marks jobs as committing in one transaction, just before their commit request; returns the
+    /// ones still current. The others are finished here.
+    func markCommitting(_ jobs: [UploadJob]) -> [UploadJob] {
+        condition.lock(); defer { condition.unlock() }
+        var live: [UploadJob] = []
+        for var job in jobs {
+            guard isCurrent(job) else { finishLocked(job); continue }
+            job.record.state = .committing
+            live.append(job)
+        }
+        do {
+            try journal.database.transaction { for job in live { try journal.save(job.record) } }
+        } catch {
+            WriteBackLog.error("cannot update the journal before a commit: \(error)")
+            for job in live { finishLocked(job) }
+            return []
+        }
+        for job in live { files[job.key]!.record = job.record }
+        return live
+    }
+
+    func isCurrent(_ job: UploadJob) -> Bool {
+        guard !dead, !stopped, !job.active.cancelled.load(ordering: .relaxed),
+              let dirty = files[job.key], dirty.active === job.active, !dirty.writing else { return false }
+        return dirty.record?.generation == job.record.generation
+    }
+
+    /// Acts on the outcome of a commit (or on a failure before it). Called without the lock.
+    func complete(_ job: UploadJob, _ result: Result<RemoteEntry, RemoteError>) {
+        switch result {
+        case .success(let entry):
+            var landedHash = entry.contentHash
+            if landedHash == nil { landedHash = ((try? remote.metadata(path: entry.pathDisplay)) ?? nil)?.contentHash }
+            if landedHash == job.record.contentHash {
+                committed(job, entry)
+            } else {
+                failed(job, .other("content hash after commit is \(landedHash ?? "missing"), expected \(job.record.contentHash ?? "?")"))
+            }
+        case .failure(.conflict(let reason)):
+            if job.active.cancelled.load(ordering: .relaxed) { finish(job); return }
+            // A commit whose reply was lost may have landed: if the remote now holds exactly our
+            // bytes, that is our commit, not a conflict.
+            let target = job.record.commitPath ?? job.record.path
+            do {
+                if let current = try remote.metadata(path: target), !current.isFolder,
+                   current.contentHash == job.record.contentHash {
+                    committed(job, current)
+                    return
+                }
+            } catch {
+                failed(job, error)
+                return
+            }
+            conflicted(job, reason: reason)
+        case .failure(let error):
+            failed(job, error)
+        }
+    }
+
+    private func committed(_ job: UploadJob, _ entry: RemoteEntry) {
+        condition.lock(); defer { condition.unlock() }
+        defer { finishLocked(job) }
+        guard !dead else { return }
+        offline = false
+        let copyPath = job.record.commitPath
+        if copyPath == nil {
+            var steps = revisionsAfterCommit[job.key] ?? []
+            steps.append((from: job.record.base, to: entry.rev ?? ""))
+            revisionsAfterCommit[job.key] = Array(steps.suffix(4))
+            if revisionsAfterCommit.count > 10_000 { revisionsAfterCommit = [job.key: steps] }
+        }
+        let now = configuration.now()
+        if let dirty = files[job.key] {
+            dirty.committedGeneration = max(dirty.committedGeneration, job.record.generation)
+            dirty.lastError = nil
+            dirty.hardError = nil
+            if var record = dirty.record, record.generation == job.record.generation, !dirty.writing {
+                // The latest bytes are on Dropbox: drop the row (durably), then the staging file.
+                do {
+                    try journal.database.transaction {
+                        try journal.delete(pathKey: job.key)
+                        try journal.forgetChunks(staging: record.staging)
+                        if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
+                    }
+                    files[job.key] = nil
+                    stagingArea.remove(name: record.staging)
+                } catch {
+                    // Keep everything; the next attempt finds our bytes on Dropbox and ends here again.
+                    WriteBackLog.error("committed \(record.path) but cannot update the journal: \(error)")
+                    record.state = .committing
+                    dirty.record = record
+                    dirty.notBefore = Date().addingTimeInterval(configuration.retryBaseDelay)
+                }
+            } else if var record = dirty.record {
+                // Newer bytes are waiting (or being written): they now replace our own commit.
+                record.base = .revision(entry.rev ?? "")
+                if record.generation == job.record.generation {
+                    record.sessionID = nil; record.sessionClosed = false; record.sessionConcurrent = false
+                }
+                dirty.record = record
+                try? journal.save(record)
+            }
+        }
+        if let copyPath {
+            WriteBackLog.warning("conflict: \(job.record.path) was changed elsewhere; our version is kept as \(copyPath)")
+            emit(.conflicted(path: job.record.path, copyPath: copyPath, generation: job.record.generation, entry: entry))
+        } else {
+            WriteBackLog.debug("committed \(job.record.path) rev \(entry.rev ?? "?")")
+            emit(.committed(path: job.record.path, generation: job.record.generation, entry: entry))
+        }
+    }
+
+    private func conflicted(_ job: UploadJob, reason: String) {
+        condition.lock(); defer { condition.unlock() }
+        defer { finishLocked(job) }
+        guard isCurrent(job), let dirty = files[job.key], var record = dirty.record else { return }
+        if dirty.conflictIndex >= 20 {
+            dirty.hardError = .conflict(reason)
+            record.state = .failed
+            record.lastError = "no free conflicted-copy name (\(reason))"
+            dirty.notBefore = Date().addingTimeInterval(configuration.hardFailureRetryDelay)
+        } else {
+            let copy = ConflictNaming.copyPath(for: record.path, date: configuration.now(),
+                                               timeZone: configuration.timeZone, index: dirty.conflictIndex)
+            dirty.conflictIndex += 1
+            WriteBackLog.warning("conflict on \(record.commitPath ?? record.path) (\(reason)): committing ours as \(copy)")
+            record.commitPath = copy
+            record.base = .newFile
+            record.state = .pending
+            dirty.notBefore = .distantPast
+        }
+        dirty.record = record
+        do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
+    }
+
+    func failed(_ job: UploadJob, _ error: RemoteError) {
+        condition.lock(); defer { condition.unlock() }
+        defer { finishLocked(job) }
+        if job.active.cancelled.load(ordering: .relaxed) || dead { return }
+        guard let dirty = files[job.key], var record = dirty.record, record.generation == job.record.generation else { return }
+        let now = Date()
+        record.attempts += 1
+        record.lastError = "\(error)"
+        dirty.lastError = error
+        switch UploadRetryPolicy.action(for: error, attempt: record.attempts, configuration: configuration) {
+        case .retry(let delay, let pauseAll, let resetSession):
+            dirty.notBefore = now.addingTimeInterval(delay)
+            if pauseAll {
+                pausedUntil = max(pausedUntil, now.addingTimeInterval(delay))
+                if case .unavailable = error { offline = true }
+            }
+            if resetSession {
+                record.sessionID = nil; record.sessionClosed = false; record.sessionConcurrent = false
+                try? journal.forgetChunks(staging: record.staging)
+            }
+            record.state = record.sessionID == nil ? .pending : .uploading
+        case .hold, .conflict:
+            dirty.hardError = error
+            dirty.notBefore = now.addingTimeInterval(configuration.hardFailureRetryDelay)
+            record.state = .failed
+        }
+        dirty.record = record
+        do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
+        recentErrors.append(UploadErrorReport(path: record.path, message: "\(error)", at: now))
+        if recentErrors.count > 50 { recentErrors.removeFirst(recentErrors.count - 50) }
+        let level = dirty.hardError != nil ? "cannot upload" : "will retry"
+        WriteBackLog.warning("\(level) \(record.path) (attempt \(record.attempts)): \(error)")
+        emit(.failed(path: record.path, generation: record.generation, error: error, willRetry: !stopped))
+    }
+
+    func finish(_ job: UploadJob) {
+        condition.lock(); defer { condition.unlock() }
+        finishLocked(job)
+    }
+
+    /// Clears the job's in-flight marker (lock held) and wakes the dispatcher and waiters.
+    func finishLocked(_ job: UploadJob) {
+        guard !job.active.finished.exchange(true, ordering: .relaxed) else { return }
+        if let dirty = files[job.key], dirty.active === job.active { dirty.active = nil }
+        if job.active.large { activeLargeUploads -= 1 }
+        condition.broadcast()
+    }
+
+    func emit(_ event: WriteBackEvent) {
+        let onEvent = self.onEvent
+        eventQueue.async { onEvent(event) }
+    }
+}

@@ -1,0 +1,127 @@
+/// Large files: one concurrent upload session per file, with up to `chunksInFlight` appends of
+/// `chunkSize` bytes in flight at once, each confirmed chunk recorded in the journal, then the
+/// closing append of the last chunk and a one-entry `finishBatch`.
+///
+/// Resume: after a restart, or after a failed attempt, the chunks the journal says the server
+/// confirmed are not sent again. If the server has forgotten the session (`sessionGone`) the
+/// upload starts over from byte 0 in a new session.
+import Foundation
+import Synchronization
+
+extension WriteBackEngine {
+    func runLargeUpload(_ job: UploadJob) {
+        var job = job
+        do throws(RemoteError) {
+            if let landed = try prepare(&job) { complete(job, .success(landed)); return }
+            if job.record.sessionID == nil || !job.record.sessionConcurrent {
+                let id = try remote.startSession(concurrent: true)
+                job.record.sessionID = id
+                job.record.sessionConcurrent = true
+                job.record.sessionClosed = false
+                job.record.state = .uploading
+                guard persist(job, resetChunks: true) else { throw .cancelled }
+            }
+            let sessionID = job.record.sessionID!
+            let confirmed = (try? journal.confirmedChunks(staging: job.record.staging, sessionID: sessionID)) ?? [:]
+            let plan = UploadPlanner.chunks(size: job.record.size, chunkSize: configuration.chunkSize)
+            let missing = plan.dropLast().filter { confirmed[$0.offset] != $0.length }
+            job.active.done.store(plan.dropLast().filter { confirmed[$0.offset] == $0.length }.reduce(0) { $0 + $1.length },
+                                  ordering: .relaxed)
+            try appendChunks(missing, of: job, sessionID: sessionID)
+            if !job.record.sessionClosed {
+                let last = plan.last!
+                try remote.appendSession(id: sessionID, file: job.file.url, offset: last.offset, length: last.length,
+                                         close: true, progress: nil)
+                job.active.done.add(last.length, ordering: .relaxed)
+                job.record.sessionClosed = true
+                guard persist(job) else { throw .cancelled }
+            }
+            guard let live = markCommitting([job]).first else { return }
+            job = live
+            let results = try remote.finishBatch([(session: RemoteUploadedSession(sessionID: sessionID, length: job.record.size),
+                                                   commit: commit(for: job))])
+            complete(job, results.first ?? .failure(.other("finishBatch returned no result")))
+        } catch {
+            complete(job, .failure(error))
+        }
+    }
+
+    /// Appends `chunks` in parallel on the chunk pool, at most `chunksInFlight` at once, recording
+    /// each confirmed one. Throws the first failure, after the appends in flight have ended.
+    private func appendChunks(_ chunks: [UploadPlanner.Chunk], of job: UploadJob, sessionID: String) throws(RemoteError) {
+        guard !chunks.isEmpty else { return }
+        let group = ChunkGroup()
+        let limit = max(1, configuration.chunksInFlight)
+        for chunk in chunks {
+            guard group.waitForSlot(limit: limit, stop: stopFlag) else { break }
+            if job.active.cancelled.load(ordering: .relaxed) { group.fail(.cancelled); break }
+            chunkPool.submit {
+                do throws(RemoteError) {
+                    try self.remote.appendSession(id: sessionID, file: job.file.url, offset: chunk.offset, length: chunk.length,
+                                                  close: false, progress: nil)
+                    guard self.confirmChunk(job, sessionID: sessionID, chunk: chunk) else { throw .cancelled }
+                    job.active.done.add(chunk.length, ordering: .relaxed)
+                    group.finished(nil)
+                } catch {
+                    group.finished(error)
+                }
+            }
+        }
+        if let error = group.waitAll(stop: stopFlag) { throw error }
+    }
+
+    /// Records a confirmed chunk, unless the job is stale or the engine "died".
+    private func confirmChunk(_ job: UploadJob, sessionID: String, chunk: UploadPlanner.Chunk) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        guard isCurrent(job) else { return false }
+        do {
+            try journal.confirmChunk(staging: job.record.staging, sessionID: sessionID, offset: chunk.offset, length: chunk.length)
+            return true
+        } catch {
+            WriteBackLog.error("cannot record an uploaded chunk of \(job.record.path): \(error)")
+            return false
+        }
+    }
+}
+
+/// Counts the appends of one large upload in flight and keeps the first error.
+private final class ChunkGroup: @unchecked Sendable {
+    // @unchecked: `inFlight` and `error` are only touched with `condition` held.
+    private let condition = NSCondition()
+    private var inFlight = 0
+    private var error: RemoteError?
+
+    /// Waits for a free slot and takes it; false if an append failed or the engine stopped.
+    func waitForSlot(limit: Int, stop: borrowing Atomic<Bool>) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        while inFlight >= limit && error == nil {
+            if stop.load(ordering: .relaxed) { error = error ?? .cancelled; return false }
+            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+        }
+        guard error == nil else { return false }
+        inFlight += 1
+        return true
+    }
+
+    func fail(_ failure: RemoteError) {
+        condition.lock(); error = error ?? failure; condition.unlock()
+    }
+
+    func finished(_ failure: RemoteError?) {
+        condition.lock()
+        inFlight -= 1
+        if let failure, error == nil { error = failure }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until no append is in flight (or the engine stopped: queued appends are dropped then).
+    func waitAll(stop: borrowing Atomic<Bool>) -> RemoteError? {
+        condition.lock(); defer { condition.unlock() }
+        while inFlight > 0 {
+            if stop.load(ordering: .relaxed) { return error ?? .cancelled }
+            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+        }
+        return error
+    }
+}

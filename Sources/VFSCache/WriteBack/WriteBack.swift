@@ -1,0 +1,522 @@
+/// `WriteBackEngine`: the write side of the cache. Files written through the mount live in staging
+/// files; on close they are journaled durably and queued; worker threads upload them to Dropbox
+/// (one `upload` for a lone small file, `finishBatch` for bursts, a concurrent session for large
+/// files) and drop the staging file only once the commit is confirmed with the right content hash.
+///
+/// The facade calls, per dirty file (paths relative to the mount root, display case):
+///   `beginWrite` before the first modification of an open → a `StagingFile` to write and read;
+///   `close` when the last writer closes → a generation number; close never waits for the network;
+///   `waitUntilCommitted` for fsync; `remove`/`rename` around its own remote namespace calls;
+///   `waitForAll` for `dbxfs sync` and unmount; `status` for `dbxfs status`.
+/// It learns of commits and conflicted copies through `onEvent`.
+///
+/// This file holds the public API, the shared state and the dispatcher; the transfers are in
+/// SmallFileUploads.swift and LargeFileUploads.swift, the outcome handling in CommitOutcome.swift.
+/// All mutable state is guarded by `condition`; worker threads never hold it across a remote call.
+import Foundation
+import Synchronization
+
+public final class WriteBackEngine: @unchecked Sendable {
+    // @unchecked: every `var` below is only read or written with `condition` held; the `let`s
+    // are Sendable or internally synchronised (SQLiteDatabase, pools, Atomic).
+    public let configuration: WriteBackConfiguration
+    public let stagingArea: StagingArea
+    let remote: any RemoteStore
+    let journal: UploadJournal
+    let onEvent: @Sendable (WriteBackEvent) -> Void
+    let eventQueue = DispatchQueue(label: "dbxfs.writeback.events")
+    let jobPool: UploadWorkerPool
+    let chunkPool: UploadWorkerPool
+    /// Mirrors `stopped` for progress callbacks, which run without the lock.
+    let stopFlag = Atomic<Bool>(false)
+
+    let condition = NSCondition()
+    var files: [String: DirtyFile] = [:]
+    /// Path keys held by a `remove`/`rename` in progress (each covers its subtree).
+    var heldKeys: [String] = []
+    var window: BatchWindow?
+    var pausedUntil = Date.distantPast
+    var offline = false
+    var generationCounter: UInt64
+    var stopped = false
+    /// Set by `stopAbruptly`: the engine behaves as if the process died (no more journal writes).
+    var dead = false
+    var activeLargeUploads = 0
+    var recentErrors: [UploadErrorReport] = []
+    /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
+    /// yet caught up with a commit event doesn't conflict with our own upload.
+    var revisionsAfterCommit: [String: [(from: WriteBase, to: String)]] = [:]
+
+    /// Opens (or creates) the journal and staging area in `cacheDirectory` and resumes every
+    /// journaled upload. Staging files no journal row refers to are deleted (a crash while a file
+    /// was open but never closed: the application never saw its close succeed).
+    public init(cacheDirectory: URL, remote: any RemoteStore, configuration: WriteBackConfiguration = WriteBackConfiguration(),
+                onEvent: @escaping @Sendable (WriteBackEvent) -> Void = { _ in }) throws(Errno) {
+        var configuration = configuration
+        let block = UInt64(DropboxChunkRules.blockSize)
+        configuration.chunkSize = max(block, (configuration.chunkSize + block - 1) / block * block)
+        configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)
+        configuration.maxBatchEntries = min(max(configuration.maxBatchEntries, 1), 1000)
+        self.configuration = configuration
+        self.remote = remote
+        self.onEvent = onEvent
+        do {
+            try FileManager.default.createDirectory(at: cacheDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw Errno.io
+        }
+        stagingArea = try StagingArea(cacheDirectory: cacheDirectory)
+        let records: [UploadRecord]
+        do {
+            journal = try UploadJournal(cacheDirectory: cacheDirectory)
+            records = try journal.allRecords()
+            generationCounter = try journal.lastGeneration()
+        } catch {
+            WriteBackLog.error("cannot open the upload journal in \(cacheDirectory.path): \(error)")
+            throw Errno(error)
+        }
+        jobPool = UploadWorkerPool(name: "dbxfs-upload", threads: configuration.uploadThreads)
+        chunkPool = UploadWorkerPool(name: "dbxfs-chunk",
+                                     threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
+        recover(records)
+        let dispatcher = Thread { [self] in self.dispatchLoop() }
+        dispatcher.name = "dbxfs-writeback"
+        dispatcher.start()
+    }
+
+    // MARK: Writing
+
+    /// The staging file to write `path` into, before its first modification since the last close.
+    /// A file already dirty keeps its staging file (and its journaled base); any upload of it in
+    /// progress is cancelled, since its bytes are about to change. `base` is the rev the facade
+    /// opened (`.newFile` for a create), used only for a file not yet dirty.
+    /// For an existing file without O_TRUNC the facade fills the new staging file with the old
+    /// content before writing.
+    public func beginWrite(path: String, base: WriteBase) throws(Errno) -> StagingFile {
+        let key = Self.key(path)
+        condition.lock(); defer { condition.unlock() }
+        guard !stopped else { throw Errno.readOnly }
+        if let dirty = files[key] {
+            dirty.writing = true
+            dirty.hardError = nil
+            dirty.active?.cancelled.store(true, ordering: .relaxed)
+            return dirty.file
+        }
+        let file = try stagingArea.create()
+        files[key] = DirtyFile(path: path, file: file, base: translate(base, key: key))
+        return file
+    }
+
+    /// The staging file of a dirty file, for read-your-writes; nil if `path` has no local changes.
+    public func stagingFile(path: String) -> StagingFile? {
+        condition.lock(); defer { condition.unlock() }
+        return files[Self.key(path)]?.file
+    }
+
+    /// The last close: fsyncs the staging file, records it durably in the journal and queues the
+    /// upload. Returns the generation to pass to `waitUntilCommitted`. Never waits for the network.
+    /// `clientModified` is the file's mtime (nil: now). Throws `.noSpace` if the disk is full.
+    @discardableResult
+    public func close(path: String, clientModified: Date? = nil) throws(Errno) -> UInt64 {
+        let key = Self.key(path)
+        condition.lock(); defer { condition.unlock() }
+        guard let dirty = files[key] else { throw Errno.badFile }
+        guard !dead else { throw Errno.io }
+        let size = try dirty.file.size()
+        try dirty.file.sync()
+        let generation = generationCounter + 1
+        var record = dirty.record ?? UploadRecord(pathKey: key, path: dirty.path, staging: dirty.file.name, base: dirty.newBase,
+                                                  size: 0, generation: 0, state: .pending)
+        record.size = size
+        record.generation = generation
+        record.clientModified = clientModified ?? Date()
+        record.contentHash = nil
+        record.state = .pending
+        record.sessionID = nil
+        record.sessionConcurrent = false
+        record.sessionClosed = false
+        record.lastError = nil
+        record.attempts = 0
+        do {
+            try journal.database.transaction {
+                try journal.forgetChunks(staging: record.staging)
+                try journal.save(record)
+                try journal.saveGeneration(generation)
+            }
+        } catch let error as SQLiteError {
+            WriteBackLog.error("cannot journal \(path): \(error)")
+            throw Errno(error)
+        } catch {
+            throw Errno.io
+        }
+        generationCounter = generation
+        dirty.record = record
+        dirty.writing = false
+        dirty.notBefore = .distantPast
+        dirty.hardError = nil
+        dirty.verifyContent = false
+        condition.broadcast()
+        return generation
+    }
+
+    // MARK: Namespace changes
+
+    /// Unlink of `path` (or rmdir of a folder holding dirty files): cancels its uploads, waits
+    /// until none is in flight, runs `remoteRemove` (the facade's remote delete, if the file exists
+    /// there) and then forgets the journal rows and staging files. If `remoteRemove` throws, nothing
+    /// is forgotten and the uploads resume.
+    public func remove(path: String, whileHeld remoteRemove: () throws(Errno) -> Void) throws(Errno) {
+        let key = Self.key(path)
+        try holding([key]) { () throws(Errno) in
+            try remoteRemove()
+            condition.lock(); defer { condition.unlock() }
+            try forget(keysUnder(key))
+        }
+    }
+
+    /// Rename of a file or folder: cancels uploads under both paths, waits until none is in
+    /// flight, runs `remoteRename` (the facade's remote move, if the source exists there), then
+    /// moves the dirty files to their new paths and re-queues them. A dirty file replaced at `to`
+    /// is forgotten. `remoteRename` returns new bases by new path (e.g. `.revision` of the moved
+    /// file); a dirty file without one keeps its base. Sessions already uploaded are kept.
+    public func rename(from: String, to: String, whileHeld remoteRename: () throws(Errno) -> [String: WriteBase]) throws(Errno) {
+        let fromKey = Self.key(from), toKey = Self.key(to)
+        try holding(fromKey == toKey ? [fromKey] : [fromKey, toKey]) { () throws(Errno) in
+            let bases = Dictionary(try remoteRename().map { (Self.key($0.key), $0.value) }, uniquingKeysWith: { $1 })
+            condition.lock(); defer { condition.unlock() }
+            if fromKey != toKey { try forget(keysUnder(toKey)) }
+            try move(keysUnder(fromKey), from: from, to: to, bases: bases)
+        }
+    }
+
+    // MARK: Waiting
+
+    /// For fsync: returns once `generation` of `path` (or a later one) is committed, or the file
+    /// was removed; throws if the latest attempt failed hard, or at the timeout.
+    public func waitUntilCommitted(path: String, generation: UInt64, timeout: TimeInterval) throws(WriteBackError) {
+        let key = Self.key(path)
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock(); defer { condition.unlock() }
+        while true {
+            guard let dirty = files[key], let record = dirty.record,
+                  dirty.committedGeneration < generation, record.generation >= generation else { return }
+            if let error = dirty.hardError, !dirty.writing { throw .failed(error) }
+            if stopped { throw .stopped }
+            if !condition.wait(until: deadline) {
+                if files[key]?.committedGeneration ?? generation >= generation { return }
+                throw .timedOut(lastError: files[key]?.lastError)
+            }
+        }
+    }
+
+    /// For `dbxfs sync` and unmount: waits until every file closed before the call is committed,
+    /// until every one left has failed hard, or until `deadline`. Returns what is left, with why.
+    public func waitForAll(deadline: Date) -> [PendingUpload] {
+        condition.lock(); defer { condition.unlock() }
+        let target = generationCounter
+        while true {
+            let left = files.filter { _, dirty in
+                guard let record = dirty.record else { return false }
+                return record.generation <= target && dirty.committedGeneration < record.generation
+            }
+            if left.isEmpty { return [] }
+            let stuck = left.values.allSatisfy { $0.hardError != nil && !$0.writing }
+            if stuck || stopped || !condition.wait(until: deadline) {
+                return left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
+            }
+        }
+    }
+
+    // MARK: Status and shutdown
+
+    public func status() -> WriteBackStatus {
+        condition.lock()
+        let now = Date()
+        var uploads: [PendingUpload] = []
+        var transfers: [TransferProgress] = []
+        for (key, dirty) in files {
+            guard dirty.record != nil else { continue }
+            uploads.append(report(key, dirty))
+            if let active = dirty.active {
+                let done = active.done.load(ordering: .relaxed)
+                let elapsed = max(now.timeIntervalSince(active.startedAt), 0.001)
+                transfers.append(TransferProgress(path: dirty.path, bytesDone: done, bytesTotal: active.total,
+                                                  startedAt: active.startedAt, bytesPerSecond: Double(done) / elapsed))
+            }
+        }
+        let errors = recentErrors
+        let isOffline = offline
+        condition.unlock()
+        let conflicts = (try? journal.recentConflicts(limit: 50)) ?? []
+        return WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
+                               transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
+                               conflicts: conflicts, recentErrors: errors, offline: isOffline)
+    }
+
+    /// Unmount: drains until `deadline` (if given), then stops the workers. Whatever is left stays
+    /// journaled for the next mount, and is returned (and logged, by name).
+    @discardableResult
+    public func shutdown(drainUntil deadline: Date?) -> [PendingUpload] {
+        let left = deadline.map { waitForAll(deadline: $0) } ?? []
+        condition.lock()
+        stopped = true
+        stopFlag.store(true, ordering: .relaxed)
+        for dirty in files.values { dirty.active?.cancelled.store(true, ordering: .relaxed) }
+        condition.broadcast()
+        condition.unlock()
+        jobPool.stop()
+        chunkPool.stop()
+        for item in left {
+            WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.path) (\(item.lastError ?? "pending"))")
+        }
+        return left
+    }
+
+    /// Stops as if the process had been killed: no drain, and no journal write from now on.
+    /// For crash-recovery tests.
+    func stopAbruptly() {
+        condition.lock()
+        dead = true
+        condition.unlock()
+        _ = shutdown(drainUntil: nil)
+    }
+
+    deinit { if !stopped { _ = shutdown(drainUntil: nil) } }
+
+    // MARK: Internals (condition held unless noted)
+
+    static func key(_ path: String) -> String { path.lowercased() }
+
+    func isHeld(_ key: String) -> Bool {
+        heldKeys.contains { key == $0 || key.hasPrefix($0 + "/") || $0.hasPrefix(key + "/") }
+    }
+
+    func keysUnder(_ key: String) -> [String] {
+        files.keys.filter { $0 == key || $0.hasPrefix(key + "/") }
+    }
+
+    /// The base to use for a new dirty file whose facade metadata may predate our own commits.
+    func translate(_ base: WriteBase, key: String) -> WriteBase {
+        var result = base
+        for step in revisionsAfterCommit[key] ?? [] where step.from == result { result = .revision(step.to) }
+        return result
+    }
+
+    func report(_ key: String, _ dirty: DirtyFile) -> PendingUpload {
+        let record = dirty.record
+        return PendingUpload(path: dirty.path, size: record?.size ?? 0, generation: record?.generation ?? 0,
+                             state: record?.state ?? .pending, openForWriting: dirty.writing,
+                             attempts: record?.attempts ?? 0,
+                             lastError: dirty.writing ? "still open for writing" : record?.lastError)
+    }
+
+    /// Runs `body` (without the lock) while `keys` and their subtrees are held: no upload of them
+    /// starts, and none is in flight.
+    private func holding(_ keys: [String], _ body: () throws(Errno) -> Void) throws(Errno) {
+        condition.lock()
+        while keys.contains(where: isHeld) { condition.wait() }
+        heldKeys.append(contentsOf: keys)
+        func busy() -> Bool {
+            files.contains { key, dirty in
+                guard dirty.active != nil else { return false }
+                return keys.contains { key == $0 || key.hasPrefix($0 + "/") }
+            }
+        }
+        for (key, dirty) in files where keys.contains(where: { key == $0 || key.hasPrefix($0 + "/") }) {
+            dirty.active?.cancelled.store(true, ordering: .relaxed)
+        }
+        // A window still gathering would hold our jobs until it closes: close it now.
+        if let window, window.jobs.contains(where: { job in keys.contains { job.key == $0 || job.key.hasPrefix($0 + "/") } }) {
+            seal(window)
+        }
+        while busy() { condition.wait() }
+        condition.unlock()
+        defer {
+            condition.lock()
+            for key in keys { if let index = heldKeys.firstIndex(of: key) { heldKeys.remove(at: index) } }
+            condition.broadcast()
+            condition.unlock()
+        }
+        try body()
+    }
+
+    /// Forgets dirty files: journal rows first (durably), then staging files.
+    private func forget(_ keys: [String]) throws(Errno) {
+        guard !keys.isEmpty else { return }
+        let doomed = keys.compactMap { key in files[key].map { (key, $0) } }
+        do {
+            try journal.database.transaction {
+                for (key, dirty) in doomed {
+                    try journal.delete(pathKey: key)
+                    try journal.forgetChunks(staging: dirty.file.name)
+                }
+            }
+        } catch let error as SQLiteError { throw Errno(error) } catch { throw Errno.io }
+        for (key, dirty) in doomed {
+            stagingArea.remove(name: dirty.file.name)
+            files[key] = nil
+            revisionsAfterCommit[key] = nil
+        }
+        condition.broadcast()
+    }
+
+    private func move(_ keys: [String], from: String, to: String, bases: [String: WriteBase]) throws(Errno) {
+        var moved: [(old: String, new: String, dirty: DirtyFile, record: UploadRecord?)] = []
+        for key in keys {
+            guard let dirty = files[key] else { continue }
+            let newPath = to + dirty.path.dropFirst(from.count)
+            let newKey = Self.key(newPath)
+            var record = dirty.record
+            if record != nil {
+                record!.pathKey = newKey
+                record!.path = newPath
+                record!.commitPath = nil
+                record!.state = .pending
+                record!.lastError = nil
+                if let base = bases[newKey] { record!.base = base }
+            }
+            moved.append((key, newPath, dirty, record))
+        }
+        do {
+            try journal.database.transaction {
+                for item in moved where item.record != nil { try journal.delete(pathKey: item.old) }
+                for item in moved { if let record = item.record { try journal.save(record) } }
+            }
+        } catch let error as SQLiteError { throw Errno(error) } catch { throw Errno.io }
+        for item in moved { files[item.old] = nil; revisionsAfterCommit[item.old] = nil }
+        for item in moved {
+            let newKey = Self.key(item.new)
+            item.dirty.path = item.new
+            item.dirty.record = item.record
+            item.dirty.notBefore = .distantPast
+            item.dirty.hardError = nil
+            if let base = bases[newKey], item.record == nil { item.dirty.newBase = base }
+            files[newKey] = item.dirty
+        }
+        condition.broadcast()
+    }
+
+    /// Loads journaled rows at start-up and sweeps orphaned staging files.
+    private func recover(_ records: [UploadRecord]) {
+        var referenced = Set<String>()
+        for var record in records {
+            guard let file = try? stagingArea.open(name: record.staging) else {
+                // The bytes are gone (someone deleted the cache's staging folder): nothing left to
+                // upload. Say so loudly rather than keep a row that can never complete.
+                WriteBackLog.error("staging file \(record.staging) of \(record.path) is missing: its pending upload cannot be resumed")
+                try? journal.delete(pathKey: record.pathKey)
+                continue
+            }
+            referenced.insert(record.staging)
+            if let size = try? file.size(), size != record.size {
+                // Crashed while the file was being rewritten: upload what is on disk now.
+                record.size = size
+                record.contentHash = nil
+            }
+            let dirty = DirtyFile(path: record.path, file: file, base: record.base)
+            dirty.writing = false
+            dirty.record = record
+            dirty.verifyContent = true
+            files[record.pathKey] = dirty
+            WriteBackLog.info("resuming the upload of \(record.path) (\(record.size) bytes, \(record.state.rawValue))")
+        }
+        for name in stagingArea.names() where !referenced.contains(name) { stagingArea.remove(name: name) }
+    }
+
+    // MARK: Dispatcher
+
+    private func dispatchLoop() {
+        condition.lock()
+        defer { condition.unlock() }
+        while !stopped {
+            let now = Date()
+            var wake = now.addingTimeInterval(5)
+            if pausedUntil > now {
+                wake = min(wake, pausedUntil)
+            } else {
+                let ready = files.filter { key, dirty in
+                    dirty.record != nil && !dirty.writing && dirty.active == nil && !isHeld(key)
+                }.sorted { $0.value.record!.generation < $1.value.record!.generation }
+                for (key, dirty) in ready {
+                    if dirty.notBefore > now { wake = min(wake, dirty.notBefore); continue }
+                    let record = dirty.record!
+                    if UploadPlanner.isLarge(record, configuration: configuration) {
+                        guard activeLargeUploads < configuration.maxConcurrentLargeUploads else { continue }
+                        activeLargeUploads += 1
+                        let job = start(key, dirty, large: true)
+                        jobPool.submit { self.runLargeUpload(job) }
+                    } else {
+                        addToWindow(start(key, dirty, large: false), now: now)
+                    }
+                }
+            }
+            if let window {
+                let closeAt = min(window.lastArrival.addingTimeInterval(configuration.gatherDelay),
+                                  window.opened.addingTimeInterval(configuration.maxGatherTime))
+                if closeAt <= now { seal(window) } else { wake = min(wake, closeAt) }
+            }
+            _ = condition.wait(until: wake)
+        }
+    }
+
+    /// Marks `dirty` as having a job in flight and returns that job.
+    private func start(_ key: String, _ dirty: DirtyFile, large: Bool) -> UploadJob {
+        let record = dirty.record!
+        let active = ActiveUpload(generation: record.generation, total: record.size, large: large)
+        dirty.active = active
+        return UploadJob(key: key, record: record, file: dirty.file, active: active, verifyContent: dirty.verifyContent)
+    }
+}
+
+/// One file with local changes not yet on Dropbox. Only touched with the engine's lock held.
+final class DirtyFile {
+    var path: String
+    let file: StagingFile
+    /// The journal row; nil until the first close.
+    var record: UploadRecord?
+    /// Open for writing since the last close: not uploadable, its bytes are changing.
+    var writing = true
+    /// Base of the first commit, until a journal row exists.
+    var newBase: WriteBase
+    var notBefore = Date.distantPast
+    var active: ActiveUpload?
+    /// The latest attempt's error if it was a hard one (reported by fsync and sync).
+    var hardError: RemoteError?
+    var lastError: RemoteError?
+    var committedGeneration: UInt64 = 0
+    var conflictIndex = 0
+    /// Loaded from the journal after a restart: recheck the bytes before trusting hash and session.
+    var verifyContent = false
+
+    init(path: String, file: StagingFile, base: WriteBase) {
+        self.path = path; self.file = file; self.newBase = base
+    }
+}
+
+/// The in-flight marker of one upload attempt; cancelling it makes the transfer stop at its next
+/// progress callback and forbids its commit.
+final class ActiveUpload: Sendable {
+    let generation: UInt64
+    let total: UInt64
+    let large: Bool
+    let startedAt = Date()
+    let cancelled = Atomic<Bool>(false)
+    let done = Atomic<UInt64>(0)
+    /// Set by the one `finishLocked` call that ends the job.
+    let finished = Atomic<Bool>(false)
+    init(generation: UInt64, total: UInt64, large: Bool) { self.generation = generation; self.total = total; self.large = large }
+}
+
+/// What a worker gets: a copy of the row, which it updates and persists through the engine.
+struct UploadJob: Sendable {
+    let key: String
+    var record: UploadRecord
+    let file: StagingFile
+    let active: ActiveUpload
+    let verifyContent: Bool
+}
+
+enum DropboxChunkRules {
+    /// Appends to a concurrent session must be multiples of this, at offsets that are multiples.
+    static let blockSize = 4 * 1024 * 1024
+}
