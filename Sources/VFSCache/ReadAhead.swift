@@ -20,7 +20,7 @@ struct ReadAhead {
     private(set) var scheduledEnd: UInt64 = 0
 
     /// Records a read of `length` bytes at `offset` and returns the byte range to fetch ahead,
-    /// if any. Reads count as sequential when they start within one block of where the last one
+    /// if any. A read after a seek never fetches ahead by itself. Reads count as sequential when they start within one block of where the last one
     /// ended (the kernel may deliver concurrent read-ahead requests slightly out of order).
     mutating func observe(offset: UInt64, length: Int, policy: Policy) -> Range<UInt64>? {
         let end = offset + UInt64(length)
@@ -30,10 +30,12 @@ struct ReadAhead {
             sequentialBytes += UInt64(length)
             expectedOffset = max(expectedOffset, end)
         } else {
+            // A seek: start over, and wait for the next read to show a sequential run.
             sequentialBytes = UInt64(length)
             expectedOffset = end
             window = 0
             scheduledEnd = end
+            return nil
         }
         guard sequentialBytes >= UInt64(policy.threshold), policy.maxWindow > 0 else { return nil }
         window = window == 0 ? min(2 * policy.blockSize, policy.maxWindow) : min(2 * window, policy.maxWindow)

@@ -135,8 +135,8 @@ public final class VFS: FilesystemOperations, Sendable {
         let page: (children: ArraySlice<(name: String, ino: InodeNumber)>, dots: [Int])? = handles.withLock { tables in
             guard let snapshot = tables.directories[handle], snapshot.ino == ino else { return nil }
             let start = max(offset, 0)
-            let dots = (start..<min(2, start + max(limit, 0))).map { $0 }
-            let first = max(start - 2, 0)
+            let dots = start < 2 ? Array(start..<min(2, start + max(limit, 0))) : []
+            let first = min(max(start - 2, 0), snapshot.entries.count)
             let count = max(0, min(limit - dots.count, snapshot.entries.count - first))
             return (snapshot.entries[first..<(first + count)], dots)
         }

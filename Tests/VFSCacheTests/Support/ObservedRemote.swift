@@ -1,0 +1,55 @@
+/// A `RemoteStore` wrapper that records the downloads passing through it (ranges, and how many
+/// ran at once), optionally slowing each one down, to test read-ahead parallelism.
+import Foundation
+import Synchronization
+@testable import VFSCache
+
+final class ObservedRemote: RemoteStore, Sendable {
+    let inner: any RemoteStore
+    let downloadDelay: TimeInterval
+    private struct State { var ranges: [Range<UInt64>] = []; var running = 0; var maxRunning = 0 }
+    private let state = Mutex(State())
+
+    init(_ inner: any RemoteStore, downloadDelay: TimeInterval = 0) {
+        self.inner = inner
+        self.downloadDelay = downloadDelay
+    }
+
+    var downloadedRanges: [Range<UInt64>] { state.withLock { $0.ranges } }
+    var maxConcurrentDownloads: Int { state.withLock { $0.maxRunning } }
+    func reset() { state.withLock { $0 = State() } }
+
+    func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        state.withLock {
+            $0.ranges.append(range ?? 0..<UInt64.max)
+            $0.running += 1
+            $0.maxRunning = max($0.maxRunning, $0.running)
+        }
+        defer { state.withLock { $0.running -= 1 } }
+        if downloadDelay > 0 { Thread.sleep(forTimeInterval: downloadDelay) }
+        try inner.download(path: path, rev: rev, range: range, sink: sink)
+    }
+
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try inner.metadata(path: path) }
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        try inner.listFolder(path: path, recursive: recursive, limit: limit)
+    }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try inner.listFolderContinue(cursor: cursor) }
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try inner.latestCursor(path: path, recursive: recursive) }
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) { try inner.longpoll(cursor: cursor, timeout: timeout) }
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        try inner.upload(file: file, length: length, commit: commit, progress: progress)
+    }
+    func startSession(concurrent: Bool) throws(RemoteError) -> String { try inner.startSession(concurrent: concurrent) }
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
+        try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+    }
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try inner.finishBatch(entries)
+    }
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try inner.createFolder(path: path) }
+    func delete(path: String) throws(RemoteError) { try inner.delete(path: path) }
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try inner.move(from: from, to: to) }
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try inner.copy(from: from, to: to) }
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try inner.spaceUsage() }
+}

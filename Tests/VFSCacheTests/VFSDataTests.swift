@@ -1,0 +1,296 @@
+/// The data side of `VFS` against the in-memory fake: block-aligned and unaligned reads, the
+/// memory and disk caches and their budgets, single-flight, read-ahead, the content-hash check,
+/// keep_cache, and EIO on remote failures with recovery afterwards.
+import Foundation
+import Synchronization
+import Testing
+@testable import VFSCache
+
+@Suite struct VFSDataTests {
+    @Test func readsReturnTheRemoteBytesAtAnyOffset() throws {
+        let remote = InMemoryRemote()
+        let data = testBytes(300_000)
+        remote.externalWrite("/f.bin", data)
+        let vfs = try makeVFS(remote)
+        let file = try vfs.resolve("/f.bin")
+        #expect(try vfs.readAll(file, chunk: 100_000) == data)
+        let reply = try vfs.open(file, flags: .read)
+        defer { vfs.release(file, handle: reply.handle) }
+        for (offset, size) in [(0, 1), (65_535, 2), (65_536, 65_536), (100_000, 150_000), (299_999, 10), (300_000, 10), (400_000, 1)] {
+            let got = try vfs.read(file, handle: reply.handle, offset: UInt64(offset), size: size)
+            let expected = offset >= data.count ? [] : Array(data[offset..<min(data.count, offset + size)])
+            #expect(got == expected, "offset \(offset) size \(size)")
+        }
+        #expect(throws: Errno.badFile) { try vfs.read(file, handle: 999_999, offset: 0, size: 1) }
+    }
+
+    @Test func emptyFilesReadAsEmpty() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/empty", [])
+        let vfs = try makeVFS(remote)
+        #expect(try vfs.readAll(try vfs.resolve("/empty")) == [])
+        #expect(remote.calls("download") == 0)
+    }
+
+    @Test func memoryCacheEvictsLeastRecentlyUsedUnderItsBudget() {
+        let cache = MemoryBlockCache(budget: 300)
+        func key(_ index: UInt64) -> BlockKey { BlockKey(fileID: "id:a", rev: "r1", index: index) }
+        cache.put(key(0), [UInt8](repeating: 0, count: 100))
+        cache.put(key(1), [UInt8](repeating: 1, count: 100))
+        cache.put(key(2), [UInt8](repeating: 2, count: 100))
+        #expect(cache.get(key(0)) != nil)   // now 1 is the oldest
+        cache.put(key(3), [UInt8](repeating: 3, count: 100))
+        #expect(cache.get(key(1)) == nil)
+        #expect(cache.get(key(0)) == [UInt8](repeating: 0, count: 100))
+        #expect(cache.contains(key(2)) && cache.contains(key(3)))
+        #expect(cache.usage.bytes == 300)
+        cache.put(key(9), [UInt8](repeating: 9, count: 301))   // larger than the budget: not cached
+        #expect(!cache.contains(key(9)))
+        cache.purge(fileID: "id:a", rev: "r1")
+        #expect(cache.usage.bytes == 0)
+    }
+
+    @Test func readingMoreThanTheMemoryBudgetStaysWithinIt() throws {
+        let remote = InMemoryRemote()
+        let data = testBytes(2 << 20)
+        remote.externalWrite("/big", data)
+        let vfs = try makeVFS(remote) { $0.memoryCacheBytes = 512 << 10; $0.readAheadMaxBytes = 128 << 10 }
+        #expect(try vfs.readAll(try vfs.resolve("/big")) == data)
+        vfs.waitUntilIdle()
+        let usage = vfs.cacheUsage()
+        #expect(usage.memoryBytes <= 512 << 10)
+        #expect(usage.memoryBytes > 0)
+        #expect(usage.memoryBudget == 512 << 10)
+    }
+
+    @Test func diskCacheSurvivesANewVFSAndIgnoresBlocksOfAnOldRev() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = InMemoryRemote()
+        let first = testBytes(200_000, seed: 1)
+        remote.externalWrite("/f", first)
+        do {
+            let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+            #expect(try vfs.readAll(try vfs.resolve("/f")) == first)
+            vfs.shutdown()
+            #expect(vfs.cacheUsage().diskBlocks == 4)
+        }
+        remote.resetCounts()
+        do {
+            let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+            #expect(vfs.cacheUsage().diskBytes == 200_000)
+            #expect(try vfs.readAll(try vfs.resolve("/f")) == first)
+            #expect(remote.calls("download") == 0)
+            vfs.shutdown()
+        }
+        // Same size, new content: a new rev, so none of the cached blocks may be served.
+        let second = testBytes(200_000, seed: 2)
+        remote.externalWrite("/f", second)
+        remote.resetCounts()
+        do {
+            let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+            #expect(try vfs.readAll(try vfs.resolve("/f")) == second)
+            #expect(remote.calls("download") == 4)
+            vfs.shutdown()
+        }
+    }
+
+    @Test func diskCacheEvictsOldestBlocksOverItsBudgetAndRemembersOrderAcrossRestarts() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let log = LogCapture()
+        func key(_ index: UInt64) -> BlockKey { BlockKey(fileID: "id:x/y", rev: "015abc", index: index) }
+        do {
+            let cache = try DiskBlockCache(directory: directory, blockSize: 100, budget: 300, log: log.logger)
+            for index in 0..<3 { cache.write(key(UInt64(index)), [UInt8](repeating: UInt8(index), count: 100)) }
+            #expect(cache.read(key(0), length: 100) == [UInt8](repeating: 0, count: 100))
+            cache.write(key(3), [UInt8](repeating: 3, count: 100))
+            #expect(!cache.contains(key(1)))
+            #expect(cache.usage.bytes == 300)
+            #expect(cache.read(key(2), length: 99) == nil)   // wrong length: not this block
+        }
+        let reopened = try DiskBlockCache(directory: directory, blockSize: 100, budget: 300, log: log.logger)
+        #expect(reopened.usage.blocks == 2)
+        #expect(reopened.read(key(3), length: 100) == [UInt8](repeating: 3, count: 100))
+        let otherSize = try DiskBlockCache(directory: directory, blockSize: 200, budget: 300, log: log.logger)
+        #expect(otherSize.read(key(3), length: 100) == nil)
+        reopened.purge(fileID: "id:x/y", rev: "015abc")
+        #expect(reopened.usage.blocks == 0)
+        #expect(reopened.read(key(0), length: 100) == nil)
+    }
+
+    @Test func concurrentReadersOfOneBlockShareOneDownload() throws {
+        let remote = InMemoryRemote()
+        let data = testBytes(50_000)
+        remote.externalWrite("/shared", data)
+        let vfs = try makeVFS(remote) { $0.readAheadMaxBytes = 0 }
+        let file = try vfs.resolve("/shared")
+        let handles = [try vfs.open(file, flags: .read).handle, try vfs.open(file, flags: .read).handle]
+        remote.callDelay = 0.3
+        remote.resetCounts()
+        let results = Mutex<[[UInt8]]>([])
+        let threads = handles.map { handle in
+            Thread {
+                let bytes = (try? vfs.read(file, handle: handle, offset: 0, size: 50_000)) ?? []
+                results.withLock { $0.append(bytes) }
+            }
+        }
+        threads.forEach { $0.start() }
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while results.withLock({ $0.count }) < 2 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(results.withLock { $0 } == [data, data])
+        #expect(remote.calls("download") == 1)
+    }
+
+    @Test func readAheadFetchesInParallelWhileSequentialAndStopsOnSeeks() throws {
+        let inner = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(32 * blockSize)
+        inner.externalWrite("/seq", data)
+        inner.externalWrite("/random", testBytes(32 * blockSize, seed: 7))
+        let remote = ObservedRemote(inner, downloadDelay: 0.02)
+        let vfs = try makeVFS(remote) { $0.readAheadMaxBytes = 8 * blockSize; $0.readAheadParallelism = 4 }
+        let file = try vfs.resolve("/seq")
+        #expect(try vfs.readAll(file, chunk: 32 << 10) == data)
+        vfs.waitUntilIdle()
+        #expect(remote.maxConcurrentDownloads >= 3)
+        #expect(remote.downloadedRanges.count == 32)   // each block once: read-ahead and reader shared
+
+        // A fresh file, read at scattered offsets: only the blocks actually read are fetched.
+        let random = try vfs.resolve("/random")
+        remote.reset()
+        let reply = try vfs.open(random, flags: .read)
+        for block in [20, 3, 27, 11, 30, 6] {
+            _ = try vfs.read(random, handle: reply.handle, offset: UInt64(block * blockSize + 100), size: 4096)
+        }
+        vfs.release(random, handle: reply.handle)
+        vfs.waitUntilIdle()
+        #expect(remote.downloadedRanges.map { Int($0.lowerBound) / blockSize }.sorted() == [3, 6, 11, 20, 27, 30])
+    }
+
+    @Test func readAheadWindowGrowsWhileSequentialAndResetsOnSeek() {
+        var readAhead = ReadAhead()
+        let policy = ReadAhead.Policy(blockSize: 100, threshold: 0, maxWindow: 800)
+        #expect(readAhead.observe(offset: 0, length: 50, policy: policy) == 50..<250)
+        #expect(readAhead.observe(offset: 50, length: 50, policy: policy) == 250..<500)
+        #expect(readAhead.window == 400)
+        #expect(readAhead.observe(offset: 100, length: 50, policy: policy) == 500..<950)
+        #expect(readAhead.observe(offset: 150, length: 50, policy: policy) == 950..<1000)
+        #expect(readAhead.window == 800)
+        // A seek far away resets the window; sequential reads there grow it again from 2 blocks.
+        #expect(readAhead.observe(offset: 10_000, length: 50, policy: policy) == nil)
+        #expect(readAhead.window == 0)
+        #expect(readAhead.observe(offset: 10_050, length: 50, policy: policy) == 10_100..<10_300)
+        #expect(readAhead.window == 200)
+        // With a threshold, short sequential runs fetch nothing ahead.
+        var lazy = ReadAhead()
+        let patient = ReadAhead.Policy(blockSize: 100, threshold: 120, maxWindow: 800)
+        #expect(lazy.observe(offset: 0, length: 60, policy: patient) == nil)
+        #expect(lazy.observe(offset: 60, length: 60, policy: patient) == 120..<320)
+    }
+
+    @Test func aContentHashMismatchIsEIOAndDropsTheCachedBlocks() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = InMemoryRemote()
+        let data = testBytes(150_000)
+        remote.externalWrite("/checked", data)
+        do {
+            let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+            #expect(try vfs.readAll(try vfs.resolve("/checked")) == data)
+            vfs.shutdown()
+        }
+        // Corrupt one cached block on disk, as a bad sector or a stray write would.
+        let blockFiles = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: nil)!
+            .compactMap { $0 as? URL }.filter { $0.lastPathComponent.hasSuffix("-1") }
+        #expect(blockFiles.count == 1)
+        let handle = try FileHandle(forUpdating: blockFiles[0])
+        try handle.seek(toOffset: 10)
+        try handle.write(contentsOf: Data([0xde, 0xad]))
+        try handle.close()
+
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log) { $0.cacheDirectory = directory }
+        let file = try vfs.resolve("/checked")
+        remote.resetCounts()
+        #expect(throws: Errno.io) { try vfs.readAll(file) }
+        #expect(log.contains("content hash mismatch"))
+        #expect(log.contains("/checked"))
+        #expect(remote.calls("download") == 0)
+        // The bad blocks are gone: the next read downloads and checks out.
+        #expect(try vfs.readAll(file) == data)
+        #expect(remote.calls("download") == 3)
+        vfs.shutdown()
+    }
+
+    @Test func remoteFailuresAreEIOWithALogLineAndReadsRecover() throws {
+        let inner = InMemoryRemote()
+        let data = testBytes(100_000)
+        inner.externalWrite("/Docs/report.pdf", data)
+        let remote = FailingRemote(inner)
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log)
+        let file = try vfs.resolve("/docs/report.pdf")
+        remote.setRule { name, _ in name == "download" ? .unavailable("HTTP 503 after 5 retries") : nil }
+        let started = Date()
+        #expect(throws: Errno.io) { try vfs.readAll(file) }
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(log.all.contains { $0.hasPrefix("error:") && $0.contains("/Docs/report.pdf") && $0.contains("HTTP 503") })
+        remote.setRule { _, _ in nil }
+        #expect(try vfs.readAll(file) == data)
+    }
+
+    @Test func aStuckFetchTimesOutForTheWaitingReader() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/slow", testBytes(1000))
+        let vfs = try makeVFS(remote) { $0.readTimeout = 0.2; $0.readAheadMaxBytes = 0 }
+        let file = try vfs.resolve("/slow")
+        let first = try vfs.open(file, flags: .read).handle
+        let second = try vfs.open(file, flags: .read).handle
+        remote.callDelay = 1.0
+        let done = Mutex(false)
+        let thread = Thread { _ = try? vfs.read(file, handle: first, offset: 0, size: 10); done.withLock { $0 = true } }
+        thread.start()
+        Thread.sleep(forTimeInterval: 0.1)
+        let started = Date()
+        #expect(throws: Errno.io) { try vfs.read(file, handle: second, offset: 0, size: 10) }
+        #expect(Date().timeIntervalSince(started) < 0.9)
+        while !done.withLock({ $0 }) { Thread.sleep(forTimeInterval: 0.02) }
+    }
+
+    @Test func keepCacheOnlyWhileTheRevIsUnchanged() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/k", "one")
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock)
+        let file = try vfs.resolve("/k")
+        let first = try vfs.open(file, flags: .read)
+        #expect(!first.keepCache)
+        vfs.release(file, handle: first.handle)
+        let second = try vfs.open(file, flags: .read)
+        #expect(second.keepCache)
+        vfs.release(file, handle: second.handle)
+        remote.externalWrite("/k", "two!")
+        clock.advance(31)
+        let third = try vfs.open(file, flags: .read)
+        #expect(!third.keepCache)
+        #expect(try vfs.read(file, handle: third.handle, offset: 0, size: 100) == Array("two!".utf8))
+        vfs.release(file, handle: third.handle)
+    }
+
+    @Test func cacheUsageReportsOpenHandles() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/a/b", "x")
+        let vfs = try makeVFS(remote)
+        let file = try vfs.resolve("/a/b")
+        let handle = try vfs.open(file, flags: .read).handle
+        let dir = try vfs.openDirectory(rootInode)
+        let usage = vfs.cacheUsage()
+        #expect(usage.openFiles == 1 && usage.openDirectories == 1)
+        #expect(usage.nodes == 3)
+        #expect(usage.diskBudget == 0)
+        vfs.release(file, handle: handle)
+        vfs.releaseDirectory(rootInode, handle: dir)
+        #expect(vfs.cacheUsage().openFiles == 0)
+    }
+}

@@ -1,0 +1,259 @@
+/// The metadata side of `VFS` against the in-memory fake: case-insensitive lookups, negative
+/// caching and TTLs, readdir paging on a 100k folder, the recursive-prefetch call budget, inode
+/// lookup counts, xattrs, statfs and the read-only seams.
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite struct VFSMetadataTests {
+    @Test func lookupsAreCaseInsensitiveAndKeepTheDisplayCase() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/Docs/Read Me.TXT", "hello")
+        let vfs = try makeVFS(remote)
+        let docs = try vfs.lookup(parent: rootInode, name: "DOCS")
+        #expect(docs.attributes.kind == .directory)
+        #expect(docs.attributes.permissions == 0o755)
+        let file = try vfs.lookup(parent: docs.attributes.ino, name: "read me.txt")
+        #expect(file.attributes.kind == .file)
+        #expect(file.attributes.size == 5)
+        #expect(file.attributes.permissions == 0o644)
+        #expect(file.attributes.uid == 1000)
+        let again = try vfs.lookup(parent: docs.attributes.ino, name: "READ ME.TXT")
+        #expect(again.attributes.ino == file.attributes.ino)
+        #expect(try vfs.list(docs.attributes.ino).map(\.name) == [".", "..", "Read Me.TXT"])
+        #expect(try vfs.list(rootInode).map(\.name) == [".", "..", "Docs"])
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: docs.attributes.ino, name: "other.txt") }
+        #expect(throws: Errno.notDirectory) { try vfs.lookup(parent: file.attributes.ino, name: "x") }
+        #expect(throws: Errno.nameTooLong) { try vfs.lookup(parent: rootInode, name: String(repeating: "a", count: 256)) }
+    }
+
+    @Test func negativeLookupsAreCachedUntilTheirTTL() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/a.txt", "a")
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock) { $0.negativeTTL = 5; $0.directoryTTL = 30 }
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "late.txt") }
+        remote.externalWrite("/late.txt", "b")
+        remote.resetCounts()
+        // Within the negative TTL: answered from the listing, no call.
+        clock.advance(4)
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "late.txt") }
+        #expect(remote.calls("metadata") + remote.calls("listFolder") + remote.calls("listFolderContinue") == 0)
+        // Past it (the listing itself is still fresh): one metadata call finds the file.
+        clock.advance(2)
+        let found = try vfs.lookup(parent: rootInode, name: "LATE.txt")
+        #expect(found.attributes.size == 1)
+        #expect(remote.calls("metadata") == 1)
+        // A name confirmed absent by that call is cached for the TTL too.
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
+        #expect(remote.calls("metadata") == 2)
+        clock.advance(6)
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
+        #expect(remote.calls("metadata") == 3)
+    }
+
+    @Test func listingsExpireAndSeeRemoteChanges() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/dir/old.txt", "x")
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock) { $0.directoryTTL = 30 }
+        let dir = try vfs.resolve("/dir")
+        #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "old.txt"])
+        remote.externalWrite("/dir/new.txt", "y")
+        remote.externalDelete("/dir/old.txt")
+        #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "old.txt"])
+        clock.advance(31)
+        remote.resetCounts()
+        #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "new.txt"])
+        // The whole tree was prefetched, so the refresh is one delta call on its cursor.
+        #expect(remote.calls("listFolderContinue") == 1)
+        #expect(remote.calls("listFolder") == 0)
+    }
+
+    @Test func readdirPagesThroughAHundredThousandEntryFolder() throws {
+        let remote = InMemoryRemote()
+        let count = 100_000
+        for number in 0..<count { remote.externalWrite("/Big/file-\(number).dat", [UInt8(number & 0xff)]) }
+        let vfs = try makeVFS(remote) { $0.recursivePrefetchMaxEntries = 0 }
+        let big = try vfs.resolve("/big")
+        remote.resetCounts()
+        let started = ContinuousClock.now
+        let handle = try vfs.openDirectory(big)
+        let listed = ContinuousClock.now - started
+        // All pages of the one folder, nothing more: 100,000 / 2000 per page.
+        #expect(remote.calls("listFolder") == 1)
+        #expect(remote.calls("listFolderContinue") == 49)
+        var names: [String] = []
+        var offset = 0
+        var pages = 0
+        while true {
+            let entries = try vfs.readDirectory(big, handle: handle, offset: offset, limit: 1000)
+            guard let last = entries.last else { break }
+            names += entries.map(\.name)
+            offset = last.nextOffset
+            pages += 1
+        }
+        let paged = ContinuousClock.now - started - listed
+        #expect(names.count == count + 2)
+        #expect(Set(names).count == count + 2)
+        #expect(pages == 101)
+        // An offset cookie taken mid-way resumes at the same place.
+        let middle = try vfs.readDirectory(big, handle: handle, offset: 50_000, limit: 3)
+        #expect(middle.map(\.name) == Array(names[50_000..<50_003]))
+        #expect(middle.map(\.nextOffset) == [50_001, 50_002, 50_003])
+        vfs.releaseDirectory(big, handle: handle)
+        print("100k folder: opendir \(listed), 101 readdir pages \(paged)")
+    }
+
+    @Test func coldWalkOfTenThousandFilesCostsAtMostTenListCalls() throws {
+        let remote = InMemoryRemote()
+        for folder in 0..<100 {
+            for file in 0..<100 { remote.externalWrite("/tree/folder-\(folder)/file-\(file).txt", [UInt8(file)]) }
+        }
+        remote.resetCounts()
+        let vfs = try makeVFS(remote)
+        // What `ls -lR` does: readdir every folder and look up every entry.
+        var files = 0
+        var queue = [rootInode]
+        while let dir = queue.popLast() {
+            for entry in try vfs.list(dir) where entry.name != "." && entry.name != ".." {
+                let reply = try vfs.lookup(parent: dir, name: entry.name)
+                if reply.attributes.kind == .directory { queue.append(reply.attributes.ino) } else { files += 1 }
+            }
+        }
+        let listCalls = remote.calls("listFolder") + remote.calls("listFolderContinue")
+        print("cold walk of 10,000 files in 100 folders: \(listCalls) list calls, \(remote.calls("metadata")) metadata calls")
+        #expect(files == 10_000)
+        #expect(listCalls <= 10)
+        #expect(remote.calls("metadata") == 0)
+    }
+
+    @Test func treesOverThePrefetchCapAreListedFolderByFolder() throws {
+        let remote = InMemoryRemote()
+        for folder in 0..<10 {
+            for file in 0..<50 { remote.externalWrite("/f\(folder)/g\(file)", [1]) }
+        }
+        remote.resetCounts()
+        let vfs = try makeVFS(remote) { $0.recursivePrefetchMaxEntries = 100; $0.listPageSize = 100 }
+        var total = 0
+        for folder in 0..<10 {
+            total += try vfs.list(try vfs.resolve("/f\(folder)")).count - 2
+        }
+        #expect(total == 500)
+        // One abandoned recursive page, then the root and each folder on their own.
+        #expect(remote.calls("listFolder") == 1 + 1 + 10)
+    }
+
+    @Test func aResetCursorLeadsToOneNewRecursiveListing() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/a/b.txt", "1")
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock)
+        #expect(try vfs.list(try vfs.resolve("/a")).count == 3)
+        remote.invalidateCursors()
+        remote.externalWrite("/a/c.txt", "2")
+        clock.advance(31)
+        remote.resetCounts()
+        #expect(try vfs.list(try vfs.resolve("/a")).map(\.name).sorted() == [".", "..", "b.txt", "c.txt"])
+        #expect(remote.calls("listFolderContinue") == 1)   // answered `reset`
+        #expect(remote.calls("listFolder") == 1)           // the new recursive listing
+    }
+
+    @Test func inodesFollowLookupCountsAndForget() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/keep.txt", "k")
+        remote.externalWrite("/gone.txt", "g")
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock)
+        #expect(try vfs.getattr(rootInode).0.kind == .directory)
+        let keep = try vfs.lookup(parent: rootInode, name: "keep.txt").attributes.ino
+        vfs.forget(keep, count: 1)
+        // Still in the tree: the same inode number comes back.
+        #expect(try vfs.lookup(parent: rootInode, name: "keep.txt").attributes.ino == keep)
+
+        let gone = try vfs.lookup(parent: rootInode, name: "gone.txt").attributes.ino
+        #expect(try vfs.lookup(parent: rootInode, name: "gone.txt").attributes.ino == gone)
+        #expect(gone != keep && gone != rootInode && keep != rootInode)
+        remote.externalDelete("/gone.txt")
+        clock.advance(31)
+        #expect(!(try vfs.list(rootInode).map(\.name).contains("gone.txt")))
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "gone.txt") }
+        // The kernel still holds two references: the inode answers until both are forgotten.
+        #expect(try vfs.getattr(gone).0.size == 1)
+        vfs.forget(gone, count: 1)
+        #expect(try vfs.getattr(gone).0.size == 1)
+        vfs.forget(gone, count: 1)
+        #expect(throws: Errno.noEntry) { try vfs.getattr(gone) }
+        // A new file at the same name gets a new inode.
+        remote.externalWrite("/gone.txt", "again")
+        clock.advance(31)
+        #expect(try vfs.lookup(parent: rootInode, name: "gone.txt").attributes.ino != gone)
+    }
+
+    @Test func extendedAttributesExposeDropboxMetadata() throws {
+        let remote = InMemoryRemote()
+        let entry = remote.externalWrite("/dir/f.bin", [1, 2, 3])
+        let vfs = try makeVFS(remote)
+        let file = try vfs.resolve("/dir/f.bin")
+        let dir = try vfs.resolve("/dir")
+        #expect(String(decoding: try vfs.getxattr(file, name: "user.dropbox.content_hash"), as: UTF8.self) == entry.contentHash)
+        #expect(String(decoding: try vfs.getxattr(file, name: "user.dropbox.rev"), as: UTF8.self) == entry.rev)
+        #expect(String(decoding: try vfs.getxattr(file, name: "user.dropbox.id"), as: UTF8.self) == entry.id)
+        #expect(throws: Errno.noData) { try vfs.getxattr(file, name: "user.other") }
+        #expect(throws: Errno.noData) { try vfs.getxattr(dir, name: "user.dropbox.rev") }
+        #expect(try vfs.listxattr(file) == ["user.dropbox.content_hash", "user.dropbox.rev", "user.dropbox.id"])
+        #expect(try vfs.listxattr(dir) == ["user.dropbox.id"])
+        #expect(try vfs.listxattr(rootInode) == [])
+    }
+
+    @Test func statfsComesFromSpaceUsageCachedForAMinute() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f", testBytes(8192))
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock)
+        let stats = try vfs.statfs()
+        #expect(stats.blockSize == 4096)
+        #expect(stats.totalBlocks == 2 * 1024 * 1024 * 1024 * 1024 / 4096)
+        #expect(stats.totalBlocks - stats.freeBlocks == 2)
+        _ = try vfs.statfs()
+        #expect(remote.calls("spaceUsage") == 1)
+        clock.advance(61)
+        _ = try vfs.statfs()
+        #expect(remote.calls("spaceUsage") == 2)
+    }
+
+    @Test func writeOperationsAreReadOnlyForNow() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f", "x")
+        let vfs = try makeVFS(remote)
+        let file = try vfs.resolve("/f")
+        #expect(throws: Errno.readOnly) { try vfs.open(file, flags: [.read, .write]) }
+        #expect(throws: Errno.readOnly) { try vfs.create(parent: rootInode, name: "n", flags: .write) }
+        #expect(throws: Errno.readOnly) { try vfs.mkdir(parent: rootInode, name: "d") }
+        #expect(throws: Errno.readOnly) { try vfs.unlink(parent: rootInode, name: "f") }
+        #expect(throws: Errno.readOnly) { try vfs.setattr(file, changes: AttributeChanges(size: 0), handle: nil) }
+        // chmod is accepted and ignored.
+        #expect(try vfs.setattr(file, changes: AttributeChanges(mode: 0o600), handle: nil).permissions == 0o644)
+        #expect(throws: Errno.isDirectory) { try vfs.open(rootInode, flags: .read) }
+    }
+
+    @Test func aFailedListingIsEIOAndTheCacheRecovers() throws {
+        let inner = InMemoryRemote()
+        inner.externalWrite("/d/f", "x")
+        let remote = FailingRemote(inner)
+        let log = LogCapture()
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock, log: log)
+        remote.setRule { name, _ in name.hasPrefix("list") ? .unavailable("connection reset") : nil }
+        #expect(throws: Errno.io) { try vfs.lookup(parent: rootInode, name: "d") }
+        #expect(log.contains("connection reset"))
+        remote.setRule { _, _ in nil }
+        let dir = try vfs.resolve("/d")
+        // Once listed, a failing refresh serves the cached listing.
+        remote.setRule { name, _ in name.hasPrefix("list") ? .unavailable("down again") : nil }
+        clock.advance(31)
+        #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "f"])
+        #expect(log.contains("serving the cached listing"))
+    }
+}
