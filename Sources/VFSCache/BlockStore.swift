@@ -3,13 +3,18 @@
 /// (single-flight). Demand fetches run on the calling FUSE thread (no hand-off latency);
 /// read-ahead fetches run on the store's bounded worker pool, in parallel. Downloaded blocks are
 /// handed to a separate disk-writer thread, so no reader waits for the disk cache.
+import ContentHash
 import Foundation
 import Synchronization
 
 final class BlockStore: Sendable {
     let memory: MemoryBlockCache
     let disk: DiskBlockCache?
-    private let flights = SingleFlight<BlockKey, [UInt8]>()
+    private let flights = SingleFlight<BlockKey, CachedBlock>()
+    /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
+    private let failures = Mutex<[BlockKey: String]>([:])
+    /// Whether blocks carry their 4 MiB piece digests (see `CachedBlock`).
+    let computesPieceDigests: Bool
     private let readAheadPool: WorkerPool
     private let diskWriter: WorkerPool
     /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`).
@@ -24,18 +29,23 @@ final class BlockStore: Sendable {
         self.disk = disk
         self.log = log
         memory = MemoryBlockCache(budget: config.memoryCacheBytes)
+        computesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 1)
     }
 
-    /// The block's bytes, waiting for a fetch already under way if there is one.
-    func block(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+    /// The block, waiting for a fetch already under way if there is one. Failures are EIO, with
+    /// one error line naming the file, the range and the cause.
+    func block(_ request: BlockRequest) throws(Errno) -> CachedBlock {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
             return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request) }
-        } catch .timedOut {
-            log.error("read of \(request.path): block \(request.key.index) not fetched within \(config.readTimeout) s")
+        } catch {
+            let cause = error == .timedOut
+                ? "not fetched within \(config.readTimeout) s"
+                : failures.withLock { $0[request.key] } ?? "\(error)"
+            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(request.range.lowerBound)..<\(request.range.upperBound) failed: \(cause)")
             throw .io
         }
     }
@@ -66,15 +76,17 @@ final class BlockStore: Sendable {
         diskWriter.stop()
     }
 
-    private func load(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+    private func load(_ request: BlockRequest) throws(Errno) -> CachedBlock {
         if let block = memory.get(request.key) { return block }   // fetched while we queued
-        if let disk, let block = disk.read(request.key, length: request.length) {
+        if let disk, let bytes = disk.read(request.key, length: request.length) {
+            let block = CachedBlock(bytes: bytes, computeDigests: computesPieceDigests)
             memory.put(request.key, block)
             return block
         }
-        let block = try download(request)
+        let bytes = try download(request)
+        let block = CachedBlock(bytes: bytes, computeDigests: computesPieceDigests)
         memory.put(request.key, block)
-        scheduleDiskWrite(request.key, block)
+        scheduleDiskWrite(request.key, bytes)
         return block
     }
 
@@ -98,16 +110,20 @@ final class BlockStore: Sendable {
             }
             initialized = received
         }
-        let range = "bytes \(request.range.lowerBound)..<\(request.range.upperBound)"
+        var cause: String?
         if let failure {
-            log.error("read of \(request.path) (rev \(request.key.rev)) \(range) failed: \(failure)")
-            throw .io
+            cause = "\(failure)"
+        } else if received != length {
+            cause = "the server sent \(received) of \(length) bytes"
         }
-        guard received == length else {
-            log.error("read of \(request.path) (rev \(request.key.rev)) \(range) failed: got \(received) bytes")
-            throw .io
+        guard let cause else { return block }
+        // Logged by `block(_:)` for readers; background read-ahead failures only at debug level.
+        log.debug("download of \(request.path) block \(request.key.index) failed: \(cause)")
+        failures.withLock { causes in
+            if causes.count > 256 { causes.removeAll() }
+            causes[request.key] = cause
         }
-        return block
+        throw .io
     }
 
     private func scheduleDiskWrite(_ key: BlockKey, _ block: [UInt8]) {

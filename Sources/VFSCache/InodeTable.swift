@@ -61,7 +61,8 @@ struct InodeTable {
                 node.name = entry.name
                 node.kind = kind
                 node.id = entry.id
-                node.generation = generation
+                // Never lower it: a lookup racing a listing must not get its entry swept.
+                node.generation = max(node.generation, generation)
                 nodes[existing] = node
                 return existing
             }
@@ -143,6 +144,10 @@ struct InodeTable {
     mutating func setNegative(_ key: String, in parent: InodeNumber, at time: Double) {
         guard nodes[parent]?.isDirectory == true else { return }
         nodes[parent]!.negatives[key] = time
+    }
+
+    mutating func setConfirmed(_ ino: InodeNumber, at time: Double) {
+        nodes[ino]?.confirmedAt = time
     }
 
     mutating func setLastOpenedRev(_ ino: InodeNumber, _ rev: String?) {

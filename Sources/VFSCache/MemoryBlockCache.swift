@@ -1,18 +1,18 @@
 /// `MemoryBlockCache`: recently used blocks in RAM, evicted least-recently-used first once their
-/// bytes pass the budget. Blocks are immutable `[UInt8]` values shared by reference, so a hit
+/// bytes pass the budget. Blocks are immutable `CachedBlock`s shared by reference, so a hit
 /// costs no copy until the read copies its slice into the reply.
 import Foundation
 
 final class MemoryBlockCache: @unchecked Sendable {
     // @unchecked: `blocks` and `order` are only touched with `lock` held.
     private let lock = NSLock()
-    private var blocks: [BlockKey: [UInt8]] = [:]
+    private var blocks: [BlockKey: CachedBlock] = [:]
     private var order = LRUIndex<BlockKey>()
     let budget: Int
 
     init(budget: Int) { self.budget = budget }
 
-    func get(_ key: BlockKey) -> [UInt8]? {
+    func get(_ key: BlockKey) -> CachedBlock? {
         lock.lock(); defer { lock.unlock() }
         guard let block = blocks[key] else { return nil }
         order.touch(key)
@@ -26,7 +26,7 @@ final class MemoryBlockCache: @unchecked Sendable {
 
     /// Caches the block, evicting the oldest until the total fits. A block larger than the whole
     /// budget is not cached.
-    func put(_ key: BlockKey, _ block: [UInt8]) {
+    func put(_ key: BlockKey, _ block: CachedBlock) {
         guard block.count <= budget else { return }
         lock.lock(); defer { lock.unlock() }
         blocks[key] = block

@@ -119,11 +119,41 @@ final class MetadataCache: @unchecked Sendable {
 
     func forget(_ ino: InodeNumber, count: UInt64) { locked { $0.forget(ino, count: count) } }
 
-    /// The node, after refreshing its folder's listing if that is past its TTL (so `stat` and
-    /// `open` see remote changes). A failed refresh serves the cached node.
+    /// The node, refreshed if what we know of it is past `directoryTTL` (so `stat` and `open`
+    /// see remote changes): through its folder's listing (one delta call when the whole tree is
+    /// held), or, in a folder of more than one listing page, through one metadata call for the
+    /// node alone. A failed refresh serves the cached node.
     func refreshedNode(_ ino: InodeNumber) throws(Errno) -> Node {
-        guard let node = node(ino) else { throw .noEntry }
-        if node.parent != 0 { try? ensureListed(node.parent) }
+        let now = clock.now()
+        lock.lock()
+        guard let node = table[ino] else { lock.unlock(); throw .noEntry }
+        guard node.parent != 0, let parent = table[node.parent] else { lock.unlock(); return node }
+        let times = [lastListed(parent), node.confirmedAt].compactMap { $0 }
+        if let newest = times.max(), now - newest < config.directoryTTL { lock.unlock(); return node }
+        var heldWhole = false
+        if case .recursive = tree { heldWhole = true }
+        let alone = !heldWhole && parent.children.count > config.listPageSize
+        let path = table.path(of: ino)
+        lock.unlock()
+
+        if alone, let path {
+            do throws(RemoteError) {
+                let entry = try remote.metadata(path: path)
+                locked { table in
+                    if let entry, entry.isFolder == node.isDirectory, let same = table.upsert(entry, under: node.parent, generation: 0) {
+                        table.setConfirmed(same, at: now)
+                    } else {
+                        table.detach(ino)
+                    }
+                }
+            } catch .notFound {
+                locked { $0.detach(ino) }
+            } catch {
+                log.warning("refreshing \(path) failed, serving cached attributes: \(error)")
+            }
+        } else {
+            try? ensureListed(node.parent)
+        }
         guard let fresh = self.node(ino) else { throw .noEntry }
         return fresh
     }

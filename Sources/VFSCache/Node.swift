@@ -41,6 +41,8 @@ struct Node: Sendable {
     var lookupCount: UInt64 = 0
     /// Rev the kernel last opened this file at (for keep_cache).
     var lastOpenedRev: String?
+    /// When a metadata call last confirmed this node on its own (outside any listing).
+    var confirmedAt: Double?
     /// Listing generation that last confirmed this node (mark and sweep of stale entries).
     var generation: UInt64 = 0
 

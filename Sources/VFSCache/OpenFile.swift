@@ -16,15 +16,18 @@ final class OpenFile: @unchecked Sendable {
     private var readAhead = ReadAhead()
     private var verifier: ContentVerifier?
 
-    init(ino: InodeNumber, path: String, fileID: String, file: Node.FileMetadata, verify: Bool) {
+    private let usesPieceDigests: Bool
+
+    init(ino: InodeNumber, path: String, fileID: String, file: Node.FileMetadata, verify: Bool, usesPieceDigests: Bool) {
         self.ino = ino
         self.path = path
         self.fileID = fileID
         rev = file.rev
         size = file.size
         contentHash = file.contentHash
+        self.usesPieceDigests = usesPieceDigests
         if verify, let hash = file.contentHash, file.size > 0 {
-            verifier = ContentVerifier(expected: hash, size: file.size)
+            verifier = ContentVerifier(expected: hash, size: file.size, usesPieceDigests: usesPieceDigests)
         }
     }
 
@@ -33,22 +36,21 @@ final class OpenFile: @unchecked Sendable {
         return readAhead.observe(offset: offset, length: length, policy: policy)
     }
 
-    /// Feeds returned bytes to the content-hash check. Returns the computed hash once a full
-    /// sequential read ends in a mismatch (the check then restarts, so a re-read is checked again).
-    func verify(offset: UInt64, _ bytes: [UInt8]) -> String? {
+    /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the
+    /// handle no longer checks). After a mismatch the check restarts, so a re-read is checked again.
+    func verify(offset: UInt64, _ bytes: [UInt8], pieceDigest: (UInt64) -> [UInt8]?) -> ContentVerifier.Outcome? {
         lock.lock(); defer { lock.unlock() }
         guard verifier != nil else { return nil }
-        let outcome = bytes.withUnsafeBytes { verifier!.feed(offset: offset, $0) }
+        let outcome = bytes.withUnsafeBytes { verifier!.feed(offset: offset, $0, pieceDigest: pieceDigest) }
         switch outcome {
         case .pending:
-            return nil
+            break
         case .matched, .abandoned:
             verifier = nil
-            return nil
-        case .mismatched(let actual):
-            verifier = ContentVerifier(expected: contentHash ?? "", size: size)
-            return actual
+        case .mismatched:
+            verifier = ContentVerifier(expected: contentHash ?? "", size: size, usesPieceDigests: usesPieceDigests)
         }
+        return outcome
     }
 
     func blockRequest(_ index: UInt64, blockSize: Int) -> BlockRequest {

@@ -10,6 +10,7 @@
 ///   3. `MetadataCache.lock` (the tree)    6. `WorkerPool` conditions, `SpaceUsageCache.lock`
 /// In practice each is taken alone: the code copies what it needs out and releases the lock
 /// before calling into another component.
+import ContentHash
 import Foundation
 import Synchronization
 
@@ -173,7 +174,8 @@ public final class VFS: FilesystemOperations, Sendable {
         guard let file = node.file else { throw .isDirectory }
         guard let path = metadata.path(of: ino), let fileID = node.id else { throw .noEntry }
         let keepCache = metadata.noteOpened(ino, rev: file.rev)
-        let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash)
+        let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
+                                usesPieceDigests: blocks.computesPieceDigests)
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.files[handle] = openFile }
         return OpenReply(handle: handle, keepCache: keepCache)
@@ -197,7 +199,7 @@ public final class VFS: FilesystemOperations, Sendable {
             }
         }
 
-        var pieces: [[UInt8]] = []
+        var pieces: [CachedBlock] = []
         pieces.reserveCapacity(Int(lastBlock - firstBlock + 1))
         for index in firstBlock...lastBlock {
             pieces.append(try blocks.block(file.blockRequest(index, blockSize: config.blockSize)))
@@ -212,7 +214,7 @@ public final class VFS: FilesystemOperations, Sendable {
                 let from = Int(max(offset, blockStart) - blockStart)
                 let to = min(Int(min(end, blockStart + blockSize) - blockStart), piece.count)
                 guard from < to else { break }
-                piece.withUnsafeBufferPointer { source in
+                piece.bytes.withUnsafeBufferPointer { source in
                     (buffer.baseAddress! + written).update(from: source.baseAddress! + from, count: to - from)
                 }
                 written += to - from
@@ -224,11 +226,27 @@ public final class VFS: FilesystemOperations, Sendable {
             throw .io
         }
 
-        if let actual = file.verify(offset: offset, bytes) {
+        // The 4 MiB content-hash pieces' digests, when the blocks of this read carry them.
+        let pieceDigest = { (piece: UInt64) -> [UInt8]? in
+            let start = piece * UInt64(DropboxContentHasher.blockSize)
+            let index = start / blockSize
+            guard index >= firstBlock, index <= lastBlock else { return nil }
+            let digests = pieces[Int(index - firstBlock)].pieceDigests
+            let slot = Int((start - index * blockSize) / UInt64(DropboxContentHasher.blockSize))
+            return slot < digests.count ? digests[slot] : nil
+        }
+        switch file.verify(offset: offset, bytes, pieceDigest: pieceDigest) {
+        case .matched:
+            logger.debug("read of \(file.path) (rev \(file.rev)): content hash verified")
+        case .abandoned:
+            logger.debug("read of \(file.path): not sequential, content hash not checked")
+        case .mismatched(let actual):
             logger.error("read of \(file.path) (rev \(file.rev)): content hash mismatch (expected \(file.contentHash ?? "?"), got \(actual)); dropping its cached blocks")
             blocks.purge(fileID: file.fileID, rev: file.rev)
             metadata.clearOpenedRev(ino)
             throw .io
+        case .pending, nil:
+            break
         }
         return bytes
     }

@@ -35,16 +35,19 @@ import Testing
     @Test func memoryCacheEvictsLeastRecentlyUsedUnderItsBudget() {
         let cache = MemoryBlockCache(budget: 300)
         func key(_ index: UInt64) -> BlockKey { BlockKey(fileID: "id:a", rev: "r1", index: index) }
-        cache.put(key(0), [UInt8](repeating: 0, count: 100))
-        cache.put(key(1), [UInt8](repeating: 1, count: 100))
-        cache.put(key(2), [UInt8](repeating: 2, count: 100))
+        func block(_ byte: UInt8, _ count: Int = 100) -> CachedBlock {
+            CachedBlock(bytes: [UInt8](repeating: byte, count: count), computeDigests: false)
+        }
+        cache.put(key(0), block(0))
+        cache.put(key(1), block(1))
+        cache.put(key(2), block(2))
         #expect(cache.get(key(0)) != nil)   // now 1 is the oldest
-        cache.put(key(3), [UInt8](repeating: 3, count: 100))
+        cache.put(key(3), block(3))
         #expect(cache.get(key(1)) == nil)
-        #expect(cache.get(key(0)) == [UInt8](repeating: 0, count: 100))
+        #expect(cache.get(key(0))?.bytes == [UInt8](repeating: 0, count: 100))
         #expect(cache.contains(key(2)) && cache.contains(key(3)))
         #expect(cache.usage.bytes == 300)
-        cache.put(key(9), [UInt8](repeating: 9, count: 301))   // larger than the budget: not cached
+        cache.put(key(9), block(9, 301))   // larger than the budget: not cached
         #expect(!cache.contains(key(9)))
         cache.purge(fileID: "id:a", rev: "r1")
         #expect(cache.usage.bytes == 0)
@@ -189,14 +192,23 @@ import Testing
         #expect(lazy.observe(offset: 60, length: 60, policy: patient) == 120..<320)
     }
 
-    @Test func aContentHashMismatchIsEIOAndDropsTheCachedBlocks() throws {
+    /// 64 KiB blocks hash the returned bytes on the reader's side; 4 MiB blocks carry the piece
+    /// digests computed when they were fetched.
+    @Test(arguments: [64 << 10, 4 << 20])
+    func aContentHashMismatchIsEIOAndDropsTheCachedBlocks(blockSize: Int) throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let remote = InMemoryRemote()
-        let data = testBytes(150_000)
+        let data = testBytes(blockSize * 2 + blockSize / 3)
         remote.externalWrite("/checked", data)
+        let configure = { (config: inout VFSConfig) in
+            config.cacheDirectory = directory
+            config.blockSize = blockSize
+            config.memoryCacheBytes = 8 * blockSize
+            config.readAheadMaxBytes = 2 * blockSize
+        }
         do {
-            let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+            let vfs = try makeVFS(remote, configure)
             #expect(try vfs.readAll(try vfs.resolve("/checked")) == data)
             vfs.shutdown()
         }
@@ -210,7 +222,7 @@ import Testing
         try handle.close()
 
         let log = LogCapture()
-        let vfs = try makeVFS(remote, log: log) { $0.cacheDirectory = directory }
+        let vfs = try makeVFS(remote, log: log, configure)
         let file = try vfs.resolve("/checked")
         remote.resetCounts()
         #expect(throws: Errno.io) { try vfs.readAll(file) }
@@ -220,6 +232,7 @@ import Testing
         // The bad blocks are gone: the next read downloads and checks out.
         #expect(try vfs.readAll(file) == data)
         #expect(remote.calls("download") == 3)
+        #expect(log.contains("content hash verified"))
         vfs.shutdown()
     }
 

@@ -71,6 +71,32 @@ import Testing
         #expect(remote.calls("listFolder") == 0)
     }
 
+    @Test func aStaleFileInABigFolderIsRefreshedWithOneMetadataCall() throws {
+        let remote = InMemoryRemote()
+        for name in ["a", "b", "c"] { remote.externalWrite("/dir/\(name)", "1") }
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock) { $0.recursivePrefetchMaxEntries = 0; $0.listPageSize = 2 }
+        let file = try vfs.resolve("/dir/b")
+        remote.externalWrite("/dir/b", "22")
+        #expect(try vfs.getattr(file).0.size == 1)
+        clock.advance(31)
+        remote.resetCounts()
+        #expect(try vfs.getattr(file).0.size == 2)
+        #expect(remote.calls("metadata") == 1)
+        #expect(remote.calls("listFolder") + remote.calls("listFolderContinue") == 0)
+        #expect(try vfs.getattr(file).0.size == 2)
+        #expect(remote.calls("metadata") == 1)
+        // Small folders refresh through their listing instead.
+        remote.externalWrite("/small/x", "1")
+        clock.advance(31)
+        let small = try vfs.resolve("/small/x")
+        clock.advance(31)
+        remote.resetCounts()
+        _ = try vfs.getattr(small)
+        #expect(remote.calls("metadata") == 0)
+        #expect(remote.calls("listFolder") == 1)
+    }
+
     @Test func readdirPagesThroughAHundredThousandEntryFolder() throws {
         let remote = InMemoryRemote()
         let count = 100_000
