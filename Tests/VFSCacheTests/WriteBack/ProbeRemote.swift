@@ -1,0 +1,121 @@
+/// A `RemoteStore` wrapper for write-back tests: it can hold an operation at a gate (to catch an
+/// upload in flight, then cancel it or "crash" the engine), delay appends (to observe how many run
+/// in parallel), fail a call after it reached the inner remote (a lost response), fail calls
+/// before they reach it, and it logs every commit that landed.
+import ContentHash
+import Foundation
+@testable import VFSCache
+
+final class ProbeRemote: RemoteStore, @unchecked Sendable {
+    // @unchecked: every var is only touched with `lock` held.
+    let inner: any RemoteStore
+    private let lock = NSCondition()
+    private var closedGates: Set<String> = []
+    private var waiting: [String: Int] = [:]
+    private var inFlightAppends = 0
+    private var maxInFlight = 0
+    private var landed: [(path: String, hash: String?)] = []
+    private var before: @Sendable (String, String) -> RemoteError? = { _, _ in nil }
+    private var after: @Sendable (String, String) -> RemoteError? = { _, _ in nil }
+    private var appendDelay: TimeInterval = 0
+    private var bogusHash = false
+
+    init(_ inner: any RemoteStore) { self.inner = inner }
+
+    // MARK: Controls
+
+    /// Calls of `operation` block until `openGate`.
+    func closeGate(_ operation: String) { lock.lock(); closedGates.insert(operation); lock.unlock() }
+    func openGate(_ operation: String) { lock.lock(); closedGates.remove(operation); lock.broadcast(); lock.unlock() }
+    /// Waits until `count` calls of `operation` are blocked at its gate.
+    func waitUntilBlocked(_ operation: String, count: Int = 1, timeout: TimeInterval = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        lock.lock(); defer { lock.unlock() }
+        while (waiting[operation] ?? 0) < count { if !lock.wait(until: deadline) { return false } }
+        return true
+    }
+    /// Fails a call (operation, path or session id) before it reaches the inner remote.
+    func failBefore(_ rule: @escaping @Sendable (String, String) -> RemoteError?) { lock.lock(); before = rule; lock.unlock() }
+    /// Fails a call after the inner remote executed it: the reply is "lost".
+    func failAfter(_ rule: @escaping @Sendable (String, String) -> RemoteError?) { lock.lock(); after = rule; lock.unlock() }
+    func setAppendDelay(_ seconds: TimeInterval) { lock.lock(); appendDelay = seconds; lock.unlock() }
+    /// Replies to commits with a wrong content hash (a corrupted commit).
+    func setBogusHash(_ on: Bool) { lock.lock(); bogusHash = on; lock.unlock() }
+
+    var maxConcurrentAppends: Int { lock.lock(); defer { lock.unlock() }; return maxInFlight }
+    /// Paths (lowercased) of every commit that landed, in order.
+    var landedCommits: [String] { lock.lock(); defer { lock.unlock() }; return landed.map(\.path) }
+
+    // MARK: Plumbing
+
+    private func enter(_ operation: String, _ key: String) throws(RemoteError) {
+        lock.lock()
+        while closedGates.contains(operation) {
+            waiting[operation, default: 0] += 1
+            lock.broadcast()
+            lock.wait()
+            waiting[operation, default: 0] -= 1
+        }
+        let rule = before
+        lock.unlock()
+        if let error = rule(operation, key) { throw error }
+    }
+
+    private func leave(_ operation: String, _ key: String) throws(RemoteError) {
+        lock.lock(); let rule = after; lock.unlock()
+        if let error = rule(operation, key) { throw error }
+    }
+
+    private func record(_ entry: RemoteEntry) -> RemoteEntry {
+        lock.lock(); defer { lock.unlock() }
+        landed.append((entry.pathLower, entry.contentHash))
+        guard bogusHash, case .file(let size, let rev, _, let c, let s) = entry.kind else { return entry }
+        var copy = entry
+        copy.kind = .file(size: size, rev: rev, contentHash: String(repeating: "0", count: 64), clientModified: c, serverModified: s)
+        return copy
+    }
+
+    // MARK: RemoteStore
+
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        try enter("upload", commit.path)
+        let entry = record(try inner.upload(file: file, length: length, commit: commit, progress: progress))
+        try leave("upload", commit.path)
+        return entry
+    }
+    func startSession(concurrent: Bool) throws(RemoteError) -> String {
+        try enter("startSession", "")
+        return try inner.startSession(concurrent: concurrent)
+    }
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
+        try enter("appendSession", "\(id)@\(offset)")
+        lock.lock(); inFlightAppends += 1; maxInFlight = max(maxInFlight, inFlightAppends); let delay = appendDelay; lock.unlock()
+        defer { lock.lock(); inFlightAppends -= 1; lock.unlock() }
+        if delay > 0 { Thread.sleep(forTimeInterval: delay) }
+        try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+        try leave("appendSession", "\(id)@\(offset)")
+    }
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try enter("finishBatch", entries.first?.commit.path ?? "")
+        let results = try inner.finishBatch(entries).map { result in result.map { record($0) } }
+        try leave("finishBatch", entries.first?.commit.path ?? "")
+        return results
+    }
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? {
+        try enter("metadata", path); return try inner.metadata(path: path)
+    }
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        try inner.listFolder(path: path, recursive: recursive, limit: limit)
+    }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try inner.listFolderContinue(cursor: cursor) }
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try inner.latestCursor(path: path, recursive: recursive) }
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) { try inner.longpoll(cursor: cursor, timeout: timeout) }
+    func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        try inner.download(path: path, rev: rev, range: range, sink: sink)
+    }
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try inner.createFolder(path: path) }
+    func delete(path: String) throws(RemoteError) { try inner.delete(path: path) }
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try inner.move(from: from, to: to) }
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try inner.copy(from: from, to: to) }
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try inner.spaceUsage() }
+}

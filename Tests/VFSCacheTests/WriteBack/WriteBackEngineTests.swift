@@ -1,0 +1,206 @@
+/// The write-back engine against the in-memory Dropbox: upload policies (single, batch, large
+/// concurrent session), ordering (later write wins, stale jobs cancelled), fsync and sync waits.
+import ContentHash
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized) struct WriteBackEngineTests {
+    @Test func loneSmallFileIsOneUploadCall() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/Docs/Note.txt", bytes("hello"))
+        try engine.waitUntilCommitted(path: "/docs/note.txt", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/docs/note.txt") == bytes("hello"))
+        #expect(fixture.memory.calls("upload") == 1)
+        #expect(fixture.memory.calls("finishBatch") == 0)
+        #expect(fixture.memory.calls("startSession") == 0)
+        let event = fixture.events.waitFor { if case .committed = $0 { true } else { false } }
+        guard case .committed(let path, let committedGeneration, let entry)? = event else { Issue.record("no commit event"); return }
+        #expect(path == "/Docs/Note.txt")
+        #expect(committedGeneration == generation)
+        #expect(entry.contentHash == DropboxContentHasher.hash(bytes("hello")))
+        #expect(fixture.stagingNames().isEmpty)
+        #expect(try fixture.journalRows() == 0)
+    }
+
+    @Test func stagingFileServesReadsUntilCommitAndIsDeletedOnlyAfter() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("upload")
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/a.txt", bytes("pending bytes"))
+        #expect(fixture.probe.waitUntilBlocked("upload"))
+        // Read-your-writes while the upload is in flight, and the bytes are still on disk.
+        #expect(try engine.stagingFile(path: "/A.TXT")?.read(at: 0, count: 100) == bytes("pending bytes"))
+        #expect(fixture.stagingNames().count == 1)
+        #expect(try fixture.journalRows() == 1)
+        #expect(throws: WriteBackError.self) { try engine.waitUntilCommitted(path: "/a.txt", generation: generation, timeout: 0.05) }
+        fixture.probe.openGate("upload")
+        try engine.waitUntilCommitted(path: "/a.txt", generation: generation, timeout: 10)
+        #expect(fixture.stagingNames().isEmpty)
+        #expect(try fixture.journalRows() == 0)
+    }
+
+    @Test func wrongHashAfterCommitKeepsTheStagingFile() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.setBogusHash(true)
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/x.bin", bytes("payload"))
+        let left = engine.waitForAll(deadline: Date().addingTimeInterval(0.5))
+        #expect(left.map(\.path) == ["/x.bin"])
+        #expect(left.first?.lastError?.contains("content hash") == true)
+        #expect(fixture.stagingNames().count == 1)
+        #expect(try fixture.journalRows() == 1)
+        fixture.probe.setBogusHash(false)
+        // After repeated mismatches it is a hard failure, retried slowly: poll for the retry.
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(fixture.stagingNames().isEmpty)
+    }
+
+    @Test func largeFileUsesAConcurrentSessionWithParallelAppends() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.setAppendDelay(0.05)
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(22 << 20, seed: 7)   // 5 full 4 MiB chunks + 2 MiB
+        let generation = try fixture.put(engine, "/big/video.mp4", data)
+        try engine.waitUntilCommitted(path: "/big/video.mp4", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/big/video.mp4") == data)
+        #expect(fixture.memory.calls("startSession") == 1)
+        #expect(fixture.memory.calls("appendSession") == 6)
+        #expect(fixture.memory.calls("finishBatch") == 1)
+        #expect(fixture.memory.calls("upload") == 0)
+        #expect(fixture.probe.maxConcurrentAppends >= 2)
+        #expect(fixture.probe.maxConcurrentAppends <= engine.configuration.chunksInFlight)
+    }
+
+    @Test func burstOfAThousandSmallFilesCostsFewCommitCalls() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine { $0.gatherDelay = 0.2 }; defer { engine.shutdown(drainUntil: nil) }
+        for index in 0..<1000 {
+            try fixture.put(engine, "/tree/dir\(index % 10)/file\(index).txt", bytes("content of file \(index)\n"))
+        }
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(60)).isEmpty)
+        let commitCalls = fixture.memory.calls("finishBatch") + fixture.memory.calls("upload")
+        #expect(commitCalls <= 10, "\(commitCalls) commit calls")
+        for index in stride(from: 0, to: 1000, by: 1) {
+            #expect(fixture.memory.content("/tree/dir\(index % 10)/file\(index).txt") == bytes("content of file \(index)\n"))
+        }
+        #expect(fixture.stagingNames().isEmpty)
+    }
+
+    @Test func laterWriteToTheSamePathWins() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        for round in 0..<20 {
+            try fixture.put(engine, "/notes.md", bytes("version \(round)"))
+            if round % 3 == 0 { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty)
+        #expect(fixture.memory.content("/notes.md") == bytes("version 19"))
+        #expect(fixture.memory.allPaths() == ["/notes.md"])
+    }
+
+    @Test func newerWriteCancelsTheUploadInFlight() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("appendSession")
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let old = pseudoRandomBytes(12 << 20, seed: 1)
+        try fixture.put(engine, "/data.bin", old)
+        #expect(fixture.probe.waitUntilBlocked("appendSession"))
+        let new = pseudoRandomBytes(12 << 20, seed: 2)
+        let generation = try fixture.put(engine, "/data.bin", new)
+        fixture.probe.openGate("appendSession")
+        try engine.waitUntilCommitted(path: "/data.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/data.bin") == new)
+        #expect(fixture.probe.landedCommits == ["/data.bin"], "the stale version must never land")
+    }
+
+    @Test func deleteCancelsTheUploadAndNothingLands() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("appendSession")
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/gone.bin", pseudoRandomBytes(9 << 20, seed: 3))
+        #expect(fixture.probe.waitUntilBlocked("appendSession"))
+        let released = Thread { Thread.sleep(forTimeInterval: 0.05); fixture.probe.openGate("appendSession") }
+        released.start()
+        var remoteDeleteCalled = false
+        try engine.remove(path: "/gone.bin") { remoteDeleteCalled = true }
+        #expect(remoteDeleteCalled)
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(1)).isEmpty)
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(fixture.memory.content("/gone.bin") == nil)
+        #expect(fixture.probe.landedCommits.isEmpty)
+        #expect(fixture.stagingNames().isEmpty)
+        #expect(try fixture.journalRows() == 0)
+    }
+
+    @Test func renameMovesThePendingUploadAndTheOldPathNeverLands() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("upload")
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        // The upload is caught before it reaches Dropbox, then fails as if offline; the rename
+        // happens while it waits to be retried.
+        try fixture.put(engine, "/tmp/.file.swp", bytes("draft"))
+        #expect(fixture.probe.waitUntilBlocked("upload"))
+        fixture.probe.failBefore { operation, _ in operation == "upload" ? .unavailable("test: offline") : nil }
+        fixture.probe.openGate("upload")
+        try engine.rename(from: "/tmp/.file.swp", to: "/docs/file.txt") { [:] }
+        fixture.probe.failBefore { _, _ in nil }
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
+        #expect(fixture.memory.content("/docs/file.txt") == bytes("draft"))
+        #expect(fixture.memory.content("/tmp/.file.swp") == nil)
+        #expect(!fixture.probe.landedCommits.contains("/tmp/.file.swp"))
+    }
+
+    @Test func renameOverADirtyFileReplacesIt() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("upload")
+        fixture.probe.closeGate("startSession")
+        let engine = try fixture.engine { $0.gatherDelay = 0.5 }; defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/f.txt", bytes("old"))
+        try fixture.put(engine, "/f.txt.tmp", bytes("new"))
+        #expect(fixture.probe.waitUntilBlocked("startSession", count: 2))
+        let released = Thread {
+            Thread.sleep(forTimeInterval: 0.05)
+            fixture.probe.openGate("upload")
+            fixture.probe.openGate("startSession")
+        }
+        released.start()
+        try engine.rename(from: "/f.txt.tmp", to: "/f.txt") { [:] }
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
+        #expect(fixture.memory.content("/f.txt") == bytes("new"))
+        #expect(fixture.memory.allPaths() == ["/f.txt"])
+    }
+
+    @Test func statusShowsPendingFilesAndProgress() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("finishBatch")
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(10 << 20, seed: 9)
+        try fixture.put(engine, "/iso/disk.img", data)
+        #expect(fixture.probe.waitUntilBlocked("finishBatch"))
+        let status = engine.status()
+        #expect(status.pendingFiles == 1)
+        #expect(status.pendingBytes == UInt64(data.count))
+        #expect(status.uploads.first?.state == .committing)
+        #expect(status.transfers.first?.bytesDone == UInt64(data.count))
+        #expect(status.transfers.first?.bytesTotal == UInt64(data.count))
+        fixture.probe.openGate("finishBatch")
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
+        #expect(engine.status().pendingFiles == 0)
+    }
+
+    @Test func commitEventTranslatesAStaleBaseOfTheFacade() throws {
+        // The facade reopens a file before it processed the commit event of the previous save: its
+        // base is still the old rev, which must not turn into a conflict with our own commit.
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let original = fixture.memory.externalWrite("/report.txt", bytes("v0"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let first = try fixture.put(engine, "/report.txt", bytes("v1"), base: .revision(original.rev!))
+        try engine.waitUntilCommitted(path: "/report.txt", generation: first, timeout: 10)
+        let second = try fixture.put(engine, "/report.txt", bytes("v2"), base: .revision(original.rev!))
+        try engine.waitUntilCommitted(path: "/report.txt", generation: second, timeout: 10)
+        #expect(fixture.memory.content("/report.txt") == bytes("v2"))
+        #expect(fixture.memory.allPaths() == ["/report.txt"])
+    }
+}

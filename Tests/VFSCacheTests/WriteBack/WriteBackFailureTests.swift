@@ -1,0 +1,149 @@
+/// Conflicts, retries and failures: keep both versions on a conflict, never a spurious conflicted
+/// copy after a lost reply, insufficient space kept journaled and reported, offline retried.
+import ContentHash
+import Foundation
+import Synchronization
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized) struct WriteBackFailureTests {
+    @Test func conflictKeepsBothVersionsAsAConflictedCopy() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let opened = fixture.memory.externalWrite("/Reports/Q3 plan.txt", bytes("base"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/Reports/Q3 plan.txt", base: .revision(opened.rev!))
+        fixture.memory.externalWrite("/Reports/Q3 plan.txt", bytes("theirs"))   // another device, meanwhile
+        try file.write(at: 0, bytes("ours!"))
+        let generation = try engine.close(path: "/Reports/Q3 plan.txt")
+        try engine.waitUntilCommitted(path: "/Reports/Q3 plan.txt", generation: generation, timeout: 10)
+        let copy = "/Reports/Q3 plan (conflicted copy 2026-11-29).txt"
+        #expect(fixture.memory.content("/Reports/Q3 plan.txt") == bytes("theirs"))
+        #expect(fixture.memory.content(copy) == bytes("ours!"))
+        let event = fixture.events.waitFor { if case .conflicted = $0 { true } else { false } }
+        #expect(event.map { if case .conflicted(let path, let copyPath, _, _) = $0 { path + "|" + copyPath } else { "" } }
+                == "/Reports/Q3 plan.txt|" + copy)
+        #expect(engine.status().conflicts.map(\.copyPath) == [copy])
+        #expect(fixture.stagingNames().isEmpty)
+    }
+
+    @Test func conflictedCopyNameGetsACounterWhenTaken() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.memory.externalWrite("/a.tar.gz", bytes("theirs"))
+        fixture.memory.externalWrite("/a.tar (conflicted copy 2026-11-29).gz", bytes("an older copy"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/a.tar.gz", bytes("ours"), base: .newFile)
+        try engine.waitUntilCommitted(path: "/a.tar.gz", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/a.tar.gz") == bytes("theirs"))
+        #expect(fixture.memory.content("/a.tar (conflicted copy 2026-11-29).gz") == bytes("an older copy"))
+        #expect(fixture.memory.content("/a.tar (conflicted copy 2026-11-29) (1).gz") == bytes("ours"))
+    }
+
+    @Test func conflictNamesFollowTheDropboxClient() {
+        let date = Date(timeIntervalSince1970: 1_795_953_600)
+        let utc = TimeZone(identifier: "UTC")!
+        #expect(ConflictNaming.copyPath(for: "/a/b.txt", date: date, timeZone: utc, index: 0) == "/a/b (conflicted copy 2026-11-29).txt")
+        #expect(ConflictNaming.copyPath(for: "/.bashrc", date: date, timeZone: utc, index: 0) == "/.bashrc (conflicted copy 2026-11-29)")
+        #expect(ConflictNaming.copyPath(for: "/Makefile", date: date, timeZone: utc, index: 2) == "/Makefile (conflicted copy 2026-11-29) (2)")
+        #expect(ConflictNaming.copyPath(for: "/x/y.z/w", date: date, timeZone: utc, index: 0) == "/x/y.z/w (conflicted copy 2026-11-29)")
+    }
+
+    @Test func lostReplyIsRetriedWithoutAConflictedCopy() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let original = fixture.memory.externalWrite("/ledger.csv", bytes("1,2,3"))
+        // The first upload lands on Dropbox but its reply is lost (a 5xx after the commit).
+        let lost = LostReplies(times: 1, error: .unavailable("test: connection reset"))
+        fixture.probe.failAfter { operation, _ in operation == "upload" ? lost.next() : nil }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/ledger.csv", bytes("1,2,3,4"), base: .revision(original.rev!))
+        try engine.waitUntilCommitted(path: "/ledger.csv", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/ledger.csv") == bytes("1,2,3,4"))
+        #expect(fixture.memory.allPaths() == ["/ledger.csv"])
+        #expect(fixture.memory.calls("upload") == 2)
+    }
+
+    @Test func conflictAnswerForOurOwnLandedCommitIsNotAConflict() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.memory.externalMkdir("/w")
+        // Our commit lands, but the reply says conflict (e.g. a retried request seeing its own
+        // first attempt): the remote's hash equals ours, so it is ours.
+        let lost = LostReplies(times: 1, error: .conflict("path/conflict/file"))
+        fixture.probe.failAfter { operation, _ in operation == "upload" ? lost.next() : nil }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/w/new.txt", bytes("fresh"))
+        try engine.waitUntilCommitted(path: "/w/new.txt", generation: generation, timeout: 10)
+        #expect(fixture.memory.allPaths() == ["/w", "/w/new.txt"])
+        #expect(engine.status().conflicts.isEmpty)
+    }
+
+    @Test func transientFailuresAreRetriedWithoutDuplicates() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let failures = LostReplies(times: 6, error: .rateLimited(retryAfter: 0.01))
+        let outage = LostReplies(times: 4, error: .unavailable("test: 503"))
+        fixture.probe.failBefore { operation, _ in
+            switch operation {
+            case "finishBatch", "upload": return failures.next() ?? outage.next()
+            case "appendSession": return outage.next()
+            default: return nil
+            }
+        }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        for index in 0..<30 { try fixture.put(engine, "/batch/\(index).txt", bytes("#\(index)")) }
+        let big = pseudoRandomBytes(9 << 20, seed: 4)
+        try fixture.put(engine, "/batch/big.bin", big)
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty)
+        for index in 0..<30 { #expect(fixture.memory.content("/batch/\(index).txt") == bytes("#\(index)")) }
+        #expect(fixture.memory.content("/batch/big.bin") == big)
+        #expect(fixture.memory.allPaths().count == 32)   // the folder and 31 files: no copies
+        #expect(engine.status().recentErrors.count >= 1)
+    }
+
+    @Test func insufficientSpaceStaysJournaledAndIsReported() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { operation, _ in operation == "upload" ? .insufficientSpace : nil }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/full.txt", bytes("no room"))
+        #expect(throws: WriteBackError.failed(.insufficientSpace)) {
+            try engine.waitUntilCommitted(path: "/full.txt", generation: generation, timeout: 10)
+        }
+        #expect(WriteBackError.failed(.insufficientSpace).errno == .noSpace)
+        let left = engine.waitForAll(deadline: Date().addingTimeInterval(10))
+        #expect(left.map(\.path) == ["/full.txt"])
+        #expect(left.first?.state == .failed)
+        #expect(left.first?.lastError == "\(RemoteError.insufficientSpace)")
+        #expect(engine.status().recentErrors.first?.path == "/full.txt")
+        #expect(fixture.stagingNames().count == 1)
+        #expect(try fixture.journalRows() == 1)
+        // Space freed: the slow retry uploads it.
+        fixture.probe.failBefore { _, _ in nil }
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(fixture.memory.content("/full.txt") == bytes("no room"))
+    }
+
+    @Test func offlineUploadsWaitAndResume() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { _, _ in .unavailable("test: no route to host") }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/offline.txt", bytes("later"))
+        #expect(throws: WriteBackError.self) { try engine.waitUntilCommitted(path: "/offline.txt", generation: generation, timeout: 0.3) }
+        #expect(engine.status().offline)
+        #expect(engine.status().pendingFiles == 1)
+        fixture.probe.failBefore { _, _ in nil }
+        try engine.waitUntilCommitted(path: "/offline.txt", generation: generation, timeout: 10)
+        #expect(!engine.status().offline)
+        #expect(fixture.memory.content("/offline.txt") == bytes("later"))
+    }
+}
+
+/// Hands out `error` a fixed number of times, then nil.
+final class LostReplies: Sendable {
+    private let remaining: Mutex<Int>
+    private let error: RemoteError
+    init(times: Int, error: RemoteError) { remaining = Mutex(times); self.error = error }
+    func next() -> RemoteError? {
+        remaining.withLock { count in
+            guard count > 0 else { return nil }
+            count -= 1
+            return error
+        }
+    }
+}

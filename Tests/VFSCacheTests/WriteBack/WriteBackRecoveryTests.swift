@@ -1,0 +1,119 @@
+/// Crash safety: an engine stopped abruptly (as by kill -9: no drain, no journal write after the
+/// stop) and a new engine on the same cache directory must deliver everything, exactly once and
+/// byte-exact, and resume a concurrent session from the chunks the server confirmed.
+import ContentHash
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized) struct WriteBackRecoveryTests {
+    @Test func pendingUploadsSurviveACrashAndArriveExactlyOnce() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("appendSession")
+        fixture.probe.closeGate("upload")
+        var expected: [String: [UInt8]] = [:]
+        let first = try fixture.engine()
+        for index in 0..<40 {
+            let data = bytes("small file \(index)")
+            try fixture.put(first, "/crash/s\(index).txt", data)
+            expected["/crash/s\(index).txt"] = data
+        }
+        let big = pseudoRandomBytes(13 << 20, seed: 11)
+        try fixture.put(first, "/crash/big.bin", big)
+        expected["/crash/big.bin"] = big
+        #expect(fixture.probe.waitUntilBlocked("appendSession", count: 2))
+        first.stopAbruptly()
+
+        // The new engine talks to the same account directly; the old one's threads stay stuck.
+        let second = try fixture.engine(remote: fixture.memory)
+        defer { second.shutdown(drainUntil: nil) }
+        #expect(second.status().pendingFiles == 41)
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(30)).isEmpty)
+        fixture.probe.openGate("appendSession")
+        fixture.probe.openGate("upload")
+        Thread.sleep(forTimeInterval: 0.1)   // let the dead engine's threads run out: they must change nothing
+        for (path, data) in expected { #expect(fixture.memory.content(path) == data, "\(path)") }
+        #expect(fixture.memory.allPaths().count == expected.count + 1)   // + the folder: no copies
+        #expect(fixture.stagingNames().isEmpty)
+        #expect(try fixture.journalRows() == 0)
+    }
+
+    @Test func commitThatLandedJustBeforeTheCrashIsNotSentAgain() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let original = fixture.memory.externalWrite("/db.sqlite", bytes("v1"))
+        // The commit reaches Dropbox; the process dies before it hears the reply.
+        fixture.probe.failAfter { operation, _ in operation == "upload" ? .unavailable("test: killed") : nil }
+        fixture.probe.closeGate("metadata")
+        let first = try fixture.engine()
+        try fixture.put(first, "/db.sqlite", bytes("v2"), base: .revision(original.rev!))
+        #expect(fixture.events.waitFor { if case .failed = $0 { true } else { false } } != nil)
+        first.stopAbruptly()
+        fixture.probe.openGate("metadata")
+        let second = try fixture.engine(remote: fixture.memory)
+        defer { second.shutdown(drainUntil: nil) }
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
+        #expect(fixture.memory.content("/db.sqlite") == bytes("v2"))
+        #expect(fixture.memory.allPaths() == ["/db.sqlite"])
+    }
+
+    @Test func sessionResumesFromTheConfirmedChunks() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        // 5 chunks of 4 MiB + 1 MiB: the first engine gets chunks at 0, 4 and 8 MiB confirmed.
+        let data = pseudoRandomBytes(21 << 20, seed: 5)
+        fixture.probe.failBefore { operation, key in
+            guard operation == "appendSession", let offset = UInt64(key.split(separator: "@").last ?? "") else { return nil }
+            return offset >= 12 << 20 ? .unavailable("test: cable pulled") : nil
+        }
+        let first = try fixture.engine { $0.chunksInFlight = 1 }
+        try fixture.put(first, "/movie.mkv", data)
+        #expect(fixture.events.waitFor { if case .failed = $0 { true } else { false } } != nil)
+        first.stopAbruptly()
+        #expect(fixture.memory.calls("startSession") == 1)
+        let appendsBefore = fixture.memory.calls("appendSession")
+        #expect(appendsBefore == 3)
+
+        fixture.probe.failBefore { _, _ in nil }
+        let second = try fixture.engine()
+        defer { second.shutdown(drainUntil: nil) }
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(30)).isEmpty)
+        #expect(fixture.memory.content("/movie.mkv") == data)
+        #expect(fixture.memory.calls("startSession") == 1, "the session was still valid: no new one")
+        #expect(fixture.memory.calls("appendSession") - appendsBefore == 3, "only 12..16 MiB, 16..20 MiB and the closing 1 MiB")
+    }
+
+    @Test func expiredSessionRestartsFromByteZero() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let data = pseudoRandomBytes(17 << 20, seed: 6)
+        fixture.probe.failBefore { operation, key in
+            guard operation == "appendSession", let offset = UInt64(key.split(separator: "@").last ?? "") else { return nil }
+            return offset >= 8 << 20 ? .unavailable("test: down") : nil
+        }
+        let first = try fixture.engine { $0.chunksInFlight = 1 }
+        try fixture.put(first, "/archive.zip", data)
+        #expect(fixture.events.waitFor { if case .failed = $0 { true } else { false } } != nil)
+        first.stopAbruptly()
+        // The server forgot the session meanwhile (sessions live 7 days).
+        fixture.probe.failBefore { operation, key in
+            operation == "appendSession" && key.hasPrefix("session-1@") ? .sessionGone("session-1") : nil
+        }
+        let second = try fixture.engine()
+        defer { second.shutdown(drainUntil: nil) }
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(30)).isEmpty)
+        #expect(fixture.memory.content("/archive.zip") == data)
+        #expect(fixture.memory.calls("startSession") == 2)
+    }
+
+    @Test func orphanStagingFilesAreSweptButJournaledOnesKept() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { _, _ in .unavailable("test: offline") }
+        let first = try fixture.engine()
+        try fixture.put(first, "/kept.txt", bytes("closed, journaled"))
+        _ = try first.beginWrite(path: "/never-closed.txt", base: .newFile)
+        first.stopAbruptly()
+        #expect(fixture.stagingNames().count == 2)
+        let second = try fixture.engine()
+        defer { second.shutdown(drainUntil: nil) }
+        #expect(fixture.stagingNames().count == 1)
+        #expect(second.status().uploads.map(\.path) == ["/kept.txt"])
+    }
+}
