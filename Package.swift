@@ -24,7 +24,7 @@ let package = Package(
 
         .target(name: "ContentHash", dependencies: ["CCrypto"]),
         .target(name: "DropboxRemote", dependencies: ["CCurlShim", "ContentHash"]),
-        .target(name: "VFSCache", dependencies: ["CSQLite", "ContentHash"]),
+        .target(name: "VFSCache", dependencies: ["CSQLite", "CCrypto", "ContentHash"]),
         .executableTarget(name: "dbxfs", dependencies: ["CFuse", "DropboxRemote", "VFSCache"]),
 
         .testTarget(name: "ContentHashTests", dependencies: ["ContentHash"]),
