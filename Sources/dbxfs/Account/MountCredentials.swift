@@ -1,0 +1,65 @@
+/// Which token a mount uses, and what to tell the user when the server refuses it.
+///
+/// Precedence: `--token-file` (a bare access token, for tests and scripts), then a profile named
+/// with `--profile` (or `profile =` in the config file), then `$DBXFS_ACCESS_TOKEN`, then the
+/// stored "default" profile. A stored profile gives a refreshing `TokenProvider` whose new tokens
+/// are written back to the profile's file.
+import DropboxRemote
+import Foundation
+import VFSCache
+
+struct MountCredentials: Sendable {
+    struct Failure: Error, CustomStringConvertible { var description: String }
+
+    let tokens: TokenProvider
+    /// The API base stored with the profile (a token is only good where it was issued).
+    let apiBase: String?
+    /// The profile in use, nil for a bare token.
+    let profile: String?
+    /// The second half of the line shown when the server rejects the token.
+    let fixHint: String
+
+    static func resolve(tokenFile: String?, environmentToken: String?, profile: String?,
+                        store: CredentialStore = CredentialStore(), logger: Logger) throws(Failure) -> MountCredentials {
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
+                throw Failure(description: "cannot read the token file \(tokenFile)")
+            }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !token.isEmpty else { throw Failure(description: "the token file \(tokenFile) is empty") }
+            return MountCredentials(tokens: TokenProvider(accessToken: token), apiBase: nil, profile: nil,
+                                    fixHint: "check the token in \(tokenFile)")
+        }
+        if profile == nil, let token = environmentToken, !token.isEmpty {
+            return MountCredentials(tokens: TokenProvider(accessToken: token), apiBase: nil, profile: nil,
+                                    fixHint: "check DBXFS_ACCESS_TOKEN")
+        }
+        let name = profile ?? CredentialStore.defaultProfile
+        let again = name == CredentialStore.defaultProfile ? "dbxfs auth" : "dbxfs auth --profile \(name)"
+        let stored: StoredCredentials?
+        do { stored = try store.load(profile: name) } catch { throw Failure(description: error.description) }
+        guard let stored else {
+            throw Failure(description: "no Dropbox account is linked\(name == CredentialStore.defaultProfile ? "" : " for profile '\(name)'"); run '\(again) --app-key KEY' first")
+        }
+        let provider = TokenProvider(token: stored.oauthToken, appKey: stored.appKey,
+                                     persist: { token in persist(token, profile: name, store: store, logger: logger) })
+        return MountCredentials(tokens: provider, apiBase: stored.apiBase, profile: name,
+                                fixHint: "the stored authorization may have been revoked or expired; run '\(again)' again")
+    }
+
+    /// Writes a refreshed token back into the profile's file (re-read first, so a concurrent
+    /// `dbxfs auth` of the same profile is not undone). Never logs the token itself.
+    private static func persist(_ token: OAuthToken, profile: String, store: CredentialStore, logger: Logger) {
+        do {
+            guard var current = try store.load(profile: profile) else {
+                logger.warning("profile '\(profile)' was unlinked while mounted; the refreshed token is not saved")
+                return
+            }
+            current.update(with: token)
+            try store.save(current)
+            logger.debug("saved the refreshed access token of profile '\(profile)'")
+        } catch {
+            logger.warning("cannot save the refreshed access token: \(error.description)")
+        }
+    }
+}

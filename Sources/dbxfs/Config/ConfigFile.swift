@@ -1,0 +1,88 @@
+/// The config file (`$XDG_CONFIG_HOME/dbxfs/config`, or `$DBXFS_CONFIG`): defaults for the
+/// command line, one `key = value` per line. `#` starts a comment line; blank lines are ignored;
+/// values may be quoted with "..." (to keep leading/trailing spaces). Keys are documented in
+/// docs/CONFIG.md and the man page.
+///
+/// A missing file is an empty config. An unknown key or a bad value is an error naming the file
+/// and the line, so a typo never silently does nothing.
+import Foundation
+
+struct ConfigFile: Sendable {
+    struct Invalid: Error, CustomStringConvertible { var description: String }
+
+    /// The keys and what command-line option each one is a default for.
+    static let mountOptionKeys: [String: String] = [
+        "api_base": "--api-base", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
+        "ca_file": "--ca-file", "log_level": "--log-level", "log_file": "--log-file", "root": "--root",
+        "profile": "--profile", "max_threads": "--max-threads",
+    ]
+    /// Keys that are not mount options.
+    static let otherKeys: Set<String> = ["app_key", "mount_options", "sync_timeout"]
+
+    /// The path it was read from (for messages).
+    let path: String
+    /// key → value, in file order for repeated keys the last one wins.
+    private(set) var values: [String: String] = [:]
+
+    subscript(key: String) -> String? { values[key] }
+
+    static func load(paths: XDGPaths = XDGPaths()) throws(Invalid) -> ConfigFile {
+        let path = paths.configFile
+        guard FileManager.default.fileExists(atPath: path) else { return ConfigFile(path: path) }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw Invalid(description: "cannot read the config file \(path)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw Invalid(description: "the config file \(path) is not UTF-8")
+        }
+        return try parse(text, path: path)
+    }
+
+    static func parse(_ text: String, path: String) throws(Invalid) -> ConfigFile {
+        var config = ConfigFile(path: path)
+        for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            let at = "\(path):\(number + 1)"
+            guard let equals = line.firstIndex(of: "=") else {
+                throw Invalid(description: "\(at): expected 'key = value', got '\(line)'")
+            }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces).replacingOccurrences(of: "-", with: "_")
+            var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
+            guard mountOptionKeys[key] != nil || otherKeys.contains(key) else {
+                throw Invalid(description: "\(at): unknown key '\(key)' (see man dbxfs, FILES)")
+            }
+            try validate(key: key, value: value, at: at)
+            config.values[key] = value
+        }
+        return config
+    }
+
+    private static func validate(key: String, value: String, at: String) throws(Invalid) {
+        switch key {
+        case "cache_size":
+            do throws(ByteSize.Invalid) { _ = try ByteSize.parse(value) }
+            catch { throw Invalid(description: "\(at): cache_size: \(error.description)") }
+        case "sync_timeout":
+            guard let seconds = Double(value), seconds > 0 else { throw Invalid(description: "\(at): sync_timeout must be a number of seconds") }
+        case "profile":
+            guard CredentialStore.isValidProfileName(value) else {
+                throw Invalid(description: "\(at): invalid profile name '\(value)' (letters, digits, '.', '_', '-')")
+            }
+        default:
+            guard !value.isEmpty else { throw Invalid(description: "\(at): \(key) has an empty value") }
+        }
+    }
+
+    /// The mount command's defaults as arguments, to be put before the user's own (which then
+    /// win, since later options override earlier ones).
+    var mountArguments: [String] {
+        var arguments: [String] = []
+        for (key, value) in values.sorted(by: { $0.key < $1.key }) {
+            if let option = Self.mountOptionKeys[key] { arguments.append("\(option)=\(value)") }
+        }
+        if let options = values["mount_options"] { arguments += ["-o", options] }
+        return arguments
+    }
+}

@@ -1,0 +1,71 @@
+/// The commands' side of the control channel: finds the socket of a mount (from its mountpoint,
+/// or all of them) and asks it for status or a sync.
+import Foundation
+
+enum ControlClient {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        /// True when there is simply no live dbxfs mount there (exit status 3).
+        var notMounted = false
+    }
+
+    /// The socket of the dbxfs mount that `path` is (or is inside), by walking up from the
+    /// resolved path until a mountpoint with a socket is found.
+    static func socket(forPath path: String, paths: XDGPaths = XDGPaths()) throws(Failure) -> (mountpoint: String, socket: String) {
+        guard let absolute = ControlPaths.resolve(path) else {
+            let reason = errno == ENOTCONN ? "is a stale FUSE mount (the daemon died; run: fusermount3 -u \(path))"
+                : "does not exist"
+            throw Failure(description: "\(path) \(reason)", notMounted: true)
+        }
+        let mounts = Mountpoint.mountPoints()
+        var candidate = absolute
+        while true {
+            let socket = ControlPaths.socketPath(forMountpoint: candidate, paths: paths)
+            if mounts.contains(candidate), FileManager.default.fileExists(atPath: socket) {
+                return (candidate, socket)
+            }
+            if candidate == "/" { break }
+            candidate = (candidate as NSString).deletingLastPathComponent
+            if candidate.isEmpty { candidate = "/" }
+        }
+        throw Failure(description: "no dbxfs mount at \(absolute)", notMounted: true)
+    }
+
+    static func request<T: Decodable>(_ request: ControlRequest, socket: String, timeout: TimeInterval, as type: T.Type) throws(Failure) -> T {
+        let fd: Int32
+        do { fd = try UnixSocket.connect(path: socket, timeout: timeout) } catch {
+            let stale = error.code == ECONNREFUSED || error.code == ENOENT
+            throw Failure(description: stale ? "the mount behind \(socket) is not running" : error.description, notMounted: stale)
+        }
+        defer { close(fd) }
+        let line: Data
+        do {
+            let encoded = try ReportCoding.encoder().encode(request)
+            try UnixSocket.writeAll(fd, encoded + Data("\n".utf8))
+            line = try UnixSocket.readLine(fd, limit: 64 << 20)
+        } catch let error as UnixSocket.Failure {
+            throw Failure(description: "talking to the mount: \(error.description)")
+        } catch {
+            throw Failure(description: "talking to the mount: \(error)")
+        }
+        let decoder = ReportCoding.decoder()
+        if let value = try? decoder.decode(T.self, from: line) { return value }
+        if let failure = try? decoder.decode(ControlErrorReply.self, from: line) {
+            throw Failure(description: "the mount answered: \(failure.error)")
+        }
+        throw Failure(description: line.isEmpty ? "the mount closed the connection without answering" : "the mount answered something unreadable")
+    }
+
+    /// Status of every live mount with a socket; stale sockets (their daemon died) are removed.
+    static func allStatuses(paths: XDGPaths = XDGPaths()) -> [MountStatusReport] {
+        var reports: [MountStatusReport] = []
+        for socket in ControlPaths.allSockets(paths: paths) {
+            do {
+                reports.append(try request(ControlRequest(command: "status"), socket: socket, timeout: 5, as: MountStatusReport.self))
+            } catch {
+                if error.notMounted { unlink(socket) }
+            }
+        }
+        return reports.sorted { $0.mountpoint < $1.mountpoint }
+    }
+}

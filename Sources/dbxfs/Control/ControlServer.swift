@@ -1,0 +1,105 @@
+/// The mount daemon's side of the status/sync channel: a Unix socket in the user's private
+/// runtime directory (0700, socket 0600; see ControlPaths), one per mount. Each connection sends
+/// one JSON request line and gets one JSON answer line (StatusReport.swift). Connections from
+/// another uid are refused (SO_PEERCRED), in case the directory's mode was loosened.
+///
+/// One thread accepts; each connection is served on its own thread, because `sync` may wait
+/// for minutes while `status` must keep answering.
+import Foundation
+import Synchronization
+import VFSCache
+
+final class ControlServer: Sendable {
+    let socketPath: String
+    let mountpoint: String
+    private let source: MountStatusSource
+    private let listener: Int32
+    private let stopped = Atomic<Bool>(false)
+    private let logger: Logger
+
+    /// Creates the socket and starts serving. A stale socket left by a crashed mount is replaced;
+    /// a live one (another process answering there) is an error.
+    init(mountpoint: String, source: MountStatusSource, logger: Logger, paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
+        self.mountpoint = mountpoint
+        self.source = source
+        self.logger = logger
+        socketPath = ControlPaths.socketPath(forMountpoint: mountpoint, paths: paths)
+        do throws(XDGPaths.PrivateDirectoryError) {
+            try XDGPaths.makePrivateDirectory(ControlPaths.directory(paths: paths))
+        } catch {
+            throw UnixSocket.Failure(description: error.description)
+        }
+        if FileManager.default.fileExists(atPath: socketPath) {
+            if let fd = try? UnixSocket.connect(path: socketPath, timeout: 1) {
+                close(fd)
+                throw UnixSocket.Failure(description: "another dbxfs already serves \(socketPath)")
+            }
+            unlink(socketPath)
+        }
+        listener = try UnixSocket.listen(path: socketPath)
+        let thread = Thread { [self] in self.acceptLoop() }
+        thread.name = "dbxfs-control"
+        thread.start()
+    }
+
+    /// Stops accepting and removes the socket (the mount is going away).
+    func stop() {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        unlink(socketPath)
+        shutdown(listener, Int32(SHUT_RDWR))
+    }
+
+    deinit { stop(); close(listener) }
+
+    private func acceptLoop() {
+        while !stopped.load(ordering: .acquiring) {
+            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 500) <= 0 { continue }
+            let client = accept(listener, nil, nil)
+            if client < 0 { continue }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            let worker = Thread { [self] in
+                self.serve(client)
+                close(client)
+            }
+            worker.name = "dbxfs-control-client"
+            worker.start()
+        }
+    }
+
+    private func serve(_ client: Int32) {
+        let me = geteuid()
+        if let peer = UnixSocket.peerUID(client), peer != me, peer != 0 {
+            logger.warning("control socket: refused a connection from uid \(peer)")
+            return
+        }
+        UnixSocket.setTimeout(client, 10)
+        let request: ControlRequest
+        do {
+            let line = try UnixSocket.readLine(client, limit: 64 << 10)
+            request = try ReportCoding.decoder().decode(ControlRequest.self, from: line)
+        } catch {
+            reply(client, ControlErrorReply(error: "bad request"))
+            return
+        }
+        switch request.command {
+        case "status":
+            reply(client, source.status(mountpoint: mountpoint))
+        case "sync":
+            let timeout = request.timeoutSeconds ?? 3600
+            // No send timeout while the (possibly long) wait runs; the client sets its own.
+            UnixSocket.setTimeout(client, 0)
+            logger.info("sync requested (timeout \(Int(timeout)) s)")
+            let report = source.sync(mountpoint: mountpoint, deadline: Date().addingTimeInterval(timeout))
+            logger.info(report.ok ? "sync: everything is committed" : "sync: \(report.left.count) file(s) not committed")
+            reply(client, report)
+        default:
+            reply(client, ControlErrorReply(error: "unknown command '\(request.command)'"))
+        }
+    }
+
+    private func reply<T: Encodable>(_ client: Int32, _ value: T) {
+        guard let data = try? ReportCoding.encoder().encode(value) else { return }
+        try? UnixSocket.writeAll(client, data + Data("\n".utf8))
+    }
+}

@@ -1,0 +1,71 @@
+/// What a running mount knows about itself for `dbxfs status` and `dbxfs sync`: who it is
+/// (account, server, root), its cache, and its write-back engine. The mount backend builds one;
+/// the control server turns it into reports.
+///
+/// `writeBack` is the `WriteBackEngine` the VFS uploads through. While a mount has none (a
+/// read-only mount, or before the write side is wired in), status shows no uploads section and
+/// sync answers at once that nothing can be pending.
+import Foundation
+import VFSCache
+
+final class MountStatusSource: Sendable {
+    let account: AccountReport
+    let server: String
+    let root: String
+    let readOnly: Bool
+    let mountedAt: Date
+    private let cacheUsage: @Sendable () -> CacheUsage?
+    let writeBack: WriteBackEngine?
+
+    init(account: AccountReport, server: String, root: String, readOnly: Bool,
+         cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?, mountedAt: Date = Date()) {
+        self.account = account; self.server = server; self.root = root; self.readOnly = readOnly
+        self.cacheUsage = cacheUsage; self.writeBack = writeBack; self.mountedAt = mountedAt
+    }
+
+    /// For the in-memory test backend: no account, no cache, no uploads.
+    static func memory(readOnly: Bool) -> MountStatusSource {
+        MountStatusSource(account: AccountReport(email: "", displayName: "in-memory filesystem"), server: "memory",
+                          root: "", readOnly: readOnly, cacheUsage: { nil }, writeBack: nil)
+    }
+
+    func status(mountpoint: String) -> MountStatusReport {
+        let usage = cacheUsage()
+        let cache = CacheReport(diskBytes: usage?.diskBytes ?? 0, diskBudget: usage?.diskBudget ?? 0,
+                                memoryBytes: usage?.memoryBytes ?? 0, memoryBudget: usage?.memoryBudget ?? 0,
+                                entries: usage?.nodes ?? 0, openFiles: usage?.openFiles ?? 0)
+        return MountStatusReport(mountpoint: mountpoint, pid: getpid(), mountedAt: mountedAt, account: account,
+                                 server: server, root: root, readOnly: readOnly, cache: cache,
+                                 uploads: writeBack.map { Self.uploads($0.status()) })
+    }
+
+    /// Waits until everything closed before the call is committed, or until `deadline`.
+    func sync(mountpoint: String, deadline: Date) -> SyncReport {
+        let started = Date()
+        guard let writeBack else {
+            return SyncReport(mountpoint: mountpoint, ok: true, writeBack: false, waitedSeconds: 0, left: [])
+        }
+        let left = writeBack.waitForAll(deadline: deadline)
+        return SyncReport(mountpoint: mountpoint, ok: left.isEmpty, writeBack: true,
+                          waitedSeconds: Date().timeIntervalSince(started), left: left.map(Self.pending))
+    }
+
+    static func uploads(_ status: WriteBackStatus) -> UploadsReport {
+        UploadsReport(
+            pendingFiles: status.pendingFiles, pendingBytes: status.pendingBytes, offline: status.offline,
+            transfers: status.transfers.map { transfer in
+                let remaining = Double(transfer.bytesTotal &- min(transfer.bytesDone, transfer.bytesTotal))
+                let eta: Double? = transfer.bytesPerSecond > 0 ? remaining / transfer.bytesPerSecond : nil
+                return TransferReport(path: transfer.path, bytesDone: transfer.bytesDone, bytesTotal: transfer.bytesTotal,
+                                      bytesPerSecond: transfer.bytesPerSecond, etaSeconds: eta, startedAt: transfer.startedAt)
+            },
+            pending: status.uploads.map(pending),
+            conflicts: status.conflicts.map { ConflictReport(path: $0.path, copyPath: $0.copyPath, at: $0.at) },
+            errors: status.recentErrors.map { ErrorReport(path: $0.path, message: $0.message, at: $0.at) })
+    }
+
+    static func pending(_ upload: PendingUpload) -> PendingReport {
+        PendingReport(path: upload.path, size: upload.size, state: upload.state.rawValue, attempts: upload.attempts,
+                      openForWriting: upload.openForWriting, lastError: upload.lastError)
+    }
+}

@@ -1,0 +1,135 @@
+/// The stable JSON of `dbxfs status --json` and `dbxfs sync` (documented in docs/STATUS.md).
+/// These types are both the wire format of the control socket and the `--json` output, so
+/// what a script sees is exactly what the mount sent.
+///
+/// Stability rules: field names are snake_case; fields are only ever added, never renamed or
+/// removed, within `version` 1; optional fields are omitted when unknown; times are ISO 8601 UTC;
+/// sizes are bytes.
+import Foundation
+
+/// `dbxfs status --json`: every live mount the user has (or the one asked for).
+struct StatusDocument: Codable, Sendable {
+    var version = 1
+    var mounts: [MountStatusReport]
+}
+
+struct MountStatusReport: Codable, Sendable {
+    var mountpoint: String
+    var pid: Int32
+    var mountedAt: Date
+    var account: AccountReport
+    /// "Dropbox", or the API base URL of an emulator or gateway.
+    var server: String
+    /// The Dropbox folder mounted as the root ("" for the whole account).
+    var root: String
+    var readOnly: Bool
+    var cache: CacheReport
+    /// nil (omitted) when the mount has no write-back engine: nothing it holds can be pending.
+    var uploads: UploadsReport?
+}
+
+struct AccountReport: Codable, Sendable {
+    var email: String
+    var displayName: String
+    var accountId: String?
+    /// The stored profile the mount uses; omitted for a bare access token.
+    var profile: String?
+}
+
+struct CacheReport: Codable, Sendable {
+    var diskBytes: Int64
+    var diskBudget: Int64
+    var memoryBytes: Int
+    var memoryBudget: Int
+    /// Files and folders whose metadata is cached.
+    var entries: Int
+    var openFiles: Int
+}
+
+struct UploadsReport: Codable, Sendable {
+    var pendingFiles: Int
+    var pendingBytes: UInt64
+    /// The last attempt found Dropbox unreachable; uploads resume on their own.
+    var offline: Bool
+    var transfers: [TransferReport]
+    var pending: [PendingReport]
+    var conflicts: [ConflictReport]
+    var errors: [ErrorReport]
+}
+
+struct TransferReport: Codable, Sendable {
+    var path: String
+    var bytesDone: UInt64
+    var bytesTotal: UInt64
+    /// Average since the transfer started.
+    var bytesPerSecond: Double
+    /// Omitted while the rate is still unknown (zero).
+    var etaSeconds: Double?
+    var startedAt: Date
+}
+
+struct PendingReport: Codable, Sendable {
+    var path: String
+    var size: UInt64
+    /// pending, uploading, committing, failed.
+    var state: String
+    var attempts: Int
+    var openForWriting: Bool
+    var lastError: String?
+}
+
+struct ConflictReport: Codable, Sendable {
+    /// The path that keeps the other version.
+    var path: String
+    /// Where our version was kept.
+    var copyPath: String
+    var at: Date
+}
+
+struct ErrorReport: Codable, Sendable {
+    var path: String
+    var message: String
+    var at: Date
+}
+
+/// The answer to `dbxfs sync`.
+struct SyncReport: Codable, Sendable {
+    var mountpoint: String
+    /// True when everything written before the request is committed.
+    var ok: Bool
+    /// False when the mount has no write-back engine (then nothing can be pending).
+    var writeBack: Bool
+    var waitedSeconds: Double
+    /// What is still not committed, with the last error of each (empty when ok).
+    var left: [PendingReport]
+}
+
+/// A request on the control socket: one JSON object on one line.
+struct ControlRequest: Codable, Sendable {
+    /// "status" or "sync".
+    var command: String
+    /// sync: how long to wait (seconds).
+    var timeoutSeconds: Double?
+}
+
+/// An error answer on the control socket.
+struct ControlErrorReply: Codable, Sendable {
+    var error: String
+}
+
+enum ReportCoding {
+    static func encoder(pretty: Bool = false) -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+}
