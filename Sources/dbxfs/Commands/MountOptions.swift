@@ -16,6 +16,9 @@ struct MountOptions: Sendable {
     var root: String = ""
     var tokenFile: String?
     var token: String?
+    /// The stored account to mount (`dbxfs auth --profile`); nil: the default rules in
+    /// Account/MountCredentials.swift.
+    var profile: String?
     var cacheDirectory: String?
     var cacheSize: UInt64 = 10 << 30
     var caFile: String?
@@ -43,7 +46,9 @@ struct MountOptions: Sendable {
                                   uid=N, gid=N, umask=NNN (octal), and other libfuse options
           --api-base URL          Dropbox API base URL (env DBXFS_API_BASE; default the real Dropbox)
           --root /FOLDER          mount this Dropbox folder as the root (default: the whole account)
-          --token-file FILE       read the access token from FILE (default: env DBXFS_ACCESS_TOKEN)
+          --profile NAME          mount the account linked with 'dbxfs auth --profile NAME'
+                                  (default: $DBXFS_ACCESS_TOKEN if set, else profile "default")
+          --token-file FILE       read a bare access token from FILE (no refresh)
           --cache-dir DIR         cache directory (default $XDG_CACHE_HOME/dbxfs/<account+root hash>)
           --cache-size SIZE       on-disk block cache budget, e.g. 512M, 10G (default 10G)
           --ca-file PEM           also trust the CA certificates in PEM (for test servers)
@@ -52,6 +57,7 @@ struct MountOptions: Sendable {
           -d, --debug             log every FUSE request (implies -f and --log-level debug)
           -h, --help              this text
 
+        Defaults for these options can be set in $XDG_CONFIG_HOME/dbxfs/config (see man dbxfs).
         exit status: 0 mounted (and, with -f, unmounted cleanly), 1 the mount failed, 2 bad usage.
         """
 
@@ -85,6 +91,12 @@ struct MountOptions: Sendable {
             case "--api-base": options.apiBase = try value(for: name, inline: inline)
             case "--root": options.root = try value(for: name, inline: inline)
             case "--token-file": options.tokenFile = try value(for: name, inline: inline)
+            case "--profile":
+                let raw = try value(for: name, inline: inline)
+                guard CredentialStore.isValidProfileName(raw) else {
+                    throw UsageError(description: "invalid profile name '\(raw)' (letters, digits, '.', '_', '-')")
+                }
+                options.profile = raw
             case "--cache-dir": options.cacheDirectory = try value(for: name, inline: inline)
             case "--cache-size":
                 let raw = try value(for: name, inline: inline)
