@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <stdbool.h>
+#include <malloc.h>
 
 /* --- Session loop --------------------------------------------------------------------------- */
 
@@ -80,6 +81,13 @@ static inline void dbxfs_fi_set_cache_readdir(struct fuse_file_info *fi, bool on
 /* Swift marks fork() unavailable on some platforms; the daemon path forks before any thread
  * starts, which is the one safe moment. */
 static inline pid_t dbxfs_fork(void) { return fork(); }
+
+/* Keeps large buffers (1 MiB replies, 4 MiB blocks) on the heap instead of a fresh mmap each:
+ * see main.swift for the measurement. malloc.h is not part of Swift's Glibc module. */
+static inline void dbxfs_tune_malloc(int mmap_threshold, int trim_threshold) {
+    mallopt(M_MMAP_THRESHOLD, mmap_threshold);
+    mallopt(M_TRIM_THRESHOLD, trim_threshold);
+}
 
 /* st_mode file type bits, as plain constants. */
 static const mode_t DBXFS_S_IFREG = S_IFREG;

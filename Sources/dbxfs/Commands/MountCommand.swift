@@ -8,15 +8,21 @@ import VFSCache
 
 enum MountCommand {
     static func run(_ arguments: [String]) -> Int32 {
+        // The config file's defaults go first, so the command line overrides them.
+        let config: ConfigFile
+        do { config = try ConfigFile.load() } catch {
+            printError(error.description)
+            return 2
+        }
         let options: MountOptions
         do {
-            options = try MountOptions.parse(arguments, environment: ProcessInfo.processInfo.environment)
+            options = try MountOptions.parse(config.mountArguments + arguments, environment: ProcessInfo.processInfo.environment)
         } catch {
             printError(error.description)
             return 2
         }
         if options.showHelp {
-            print(MountOptions.usage)
+            print(Subcommand.overview)
             return 0
         }
         let mountpoint: String
@@ -42,15 +48,27 @@ enum MountCommand {
             return fail(error.description)
         }
 
+        // The status/sync socket (Control/) exists before the mount shows up, so whoever sees
+        // the mount can ask it. Without it the mount still works; only status and sync don't.
+        let control: ControlServer?
+        do {
+            control = try ControlServer(mountpoint: mountpoint, source: backend.statusSource, logger: logger)
+        } catch {
+            logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
+            control = nil
+        }
+
         let filesystem = FuseFilesystem(operations: backend.operations, log: logger)
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
             try session.mount(at: mountpoint)
         } catch {
+            control?.stop()
             backend.shutdown()
             return fail(error.description)
         }
+        KernelReadAhead.set(kib: options.kernelReadAheadKiB, mountpoint: mountpoint, logger: logger)
         if let reporter {
             reporter.succeeded()
             Daemon.redirectOutput(logFile: backend.logFile)
@@ -58,6 +76,7 @@ enum MountCommand {
         logger.info("mounted \(backend.description) on \(mountpoint)")
 
         let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
+        control?.stop()
         session.unmount()
         logger.info("unmounted \(mountpoint)")
         backend.shutdown()

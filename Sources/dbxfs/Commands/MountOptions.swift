@@ -26,6 +26,8 @@ struct MountOptions: Sendable {
     var logFile: String?
     var backend: Backend = .dropbox
     var maxThreads: UInt32 = 64
+    /// The kernel's read-ahead window for this mount, in KiB (0 = leave the kernel's 128 KiB).
+    var kernelReadAheadKiB = 1024
     /// Options for libfuse (`fuse_session_new`'s -o), already stripped of ours.
     var fuseOptions: [String] = []
     var uid: UInt32 = getuid()
@@ -54,6 +56,7 @@ struct MountOptions: Sendable {
           --ca-file PEM           also trust the CA certificates in PEM (for test servers)
           --log-level LEVEL       error, warning, info (default), debug
           --log-file FILE         where the daemon logs once detached (default CACHE_DIR/dbxfs.log)
+          --kernel-read-ahead SIZE  kernel read-ahead for the mount (default 1M; root only; 0 = leave)
           -d, --debug             log every FUSE request (implies -f and --log-level debug)
           -h, --help              this text
 
@@ -110,6 +113,10 @@ struct MountOptions: Sendable {
                 let raw = try value(for: name, inline: inline)
                 guard let backend = Backend(rawValue: raw) else { throw UsageError(description: "unknown backend '\(raw)'") }
                 options.backend = backend
+            case "--kernel-read-ahead":
+                let raw = try value(for: name, inline: inline)
+                do throws(ByteSize.Invalid) { options.kernelReadAheadKiB = Int(try ByteSize.parse(raw) / 1024) }
+                catch { throw UsageError(description: error.description) }
             case "--max-threads":
                 let raw = try value(for: name, inline: inline)
                 guard let n = UInt32(raw), n >= 2 else { throw UsageError(description: "invalid --max-threads '\(raw)'") }

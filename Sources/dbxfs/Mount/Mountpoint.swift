@@ -47,7 +47,7 @@ enum Mountpoint {
     }
 
     /// mountinfo writes space, tab, newline and backslash as \040, \011, \012, \134.
-    private static func unescape(_ field: String) -> String {
+    static func unescape(_ field: String) -> String {
         var bytes: [UInt8] = []
         let raw = Array(field.utf8)
         var i = 0
