@@ -89,22 +89,6 @@ struct MountBackend: CustomStringConvertible {
         }
     }
 
-    /// The token from --token-file, else $DBXFS_ACCESS_TOKEN.
-    private static func accessToken(_ options: MountOptions) throws(Failure) -> String {
-        if let path = options.tokenFile {
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw Failure(description: "cannot read the token file \(path)")
-            }
-            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            guard !token.isEmpty else { throw Failure(description: "the token file \(path) is empty") }
-            return token
-        }
-        guard let token = options.token else {
-            throw Failure(description: "no access token: set DBXFS_ACCESS_TOKEN or pass --token-file FILE")
-        }
-        return token
-    }
-
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
     /// so two accounts, or two roots of one account, never share a cache. Created 0700.
     private static func prepareCacheDirectory(_ options: MountOptions, accountID: String) throws(Failure) -> URL {
