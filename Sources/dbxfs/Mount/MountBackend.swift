@@ -17,20 +17,31 @@ struct MountBackend: CustomStringConvertible {
     /// Where the daemon's stderr goes once detached (nil: nowhere).
     let logFile: String?
     let shutdown: () -> Void
+    /// What `dbxfs status` and `dbxfs sync` ask (Control/MountStatusSource.swift).
+    let statusSource: MountStatusSource
 
     static func open(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
         switch options.backend {
         case .memory:
             let memory = MemoryFilesystem(uid: options.uid, gid: options.gid, umask: options.umask)
             return MountBackend(operations: memory, description: "an in-memory filesystem",
-                                logFile: options.logFile, shutdown: {})
+                                logFile: options.logFile, shutdown: {}, statusSource: .memory(readOnly: options.readOnly))
         case .dropbox:
             return try openDropbox(options: options, logger: logger)
         }
     }
 
     private static func openDropbox(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
-        let token = try accessToken(options)
+        // A stored profile (dbxfs auth) refreshes its access token and saves each new one.
+        let credentials: MountCredentials
+        do {
+            credentials = try MountCredentials.resolve(tokenFile: options.tokenFile, environmentToken: options.token,
+                                                       profile: options.profile, logger: logger)
+        } catch {
+            throw Failure(description: error.description)
+        }
+        var options = options
+        options.apiBase = options.apiBase ?? credentials.apiBase
         let endpoints = options.apiBase.map { Endpoints(overridingAllWith: $0) } ?? .dropbox
         let serverName = options.apiBase ?? "Dropbox"
 
@@ -38,12 +49,12 @@ struct MountBackend: CustomStringConvertible {
         // dead network gives its one line within seconds rather than after the full retry budget.
         let checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                      retryPolicy: RetryPolicy(maxAttempts: 2))
-        let checker = DropboxClient(configuration: checkConfiguration, tokens: TokenProvider(accessToken: token))
+        let checker = DropboxClient(configuration: checkConfiguration, tokens: credentials.tokens)
         let account: FullAccount
         do {
             account = try checker.currentAccount()
         } catch {
-            throw Failure(description: startupMessage(error, server: serverName))
+            throw Failure(description: startupMessage(error, server: serverName, fix: credentials.fixHint))
         }
         if !options.root.isEmpty {
             do {
@@ -52,7 +63,7 @@ struct MountBackend: CustomStringConvertible {
                 }
                 guard root.folder != nil else { throw Failure(description: "--root \(options.root) is a file, not a folder") }
             } catch let error as DropboxError {
-                throw Failure(description: startupMessage(error, server: serverName))
+                throw Failure(description: startupMessage(error, server: serverName, fix: credentials.fixHint))
             } catch let error as Failure {
                 throw error
             } catch {
@@ -62,7 +73,7 @@ struct MountBackend: CustomStringConvertible {
 
         let cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
         let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
-                                   tokens: TokenProvider(accessToken: token))
+                                   tokens: credentials.tokens)
         let remote = DropboxRemoteStore(client: client, root: options.root)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
@@ -72,8 +83,15 @@ struct MountBackend: CustomStringConvertible {
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
         let operations = try makeFilesystem(remote: remote, config: config, logger: logger)
+        let vfs = operations.filesystem as? VFS
+        // writeBack: pass the VFS's WriteBackEngine here once the write side is wired in.
+        let status = MountStatusSource(
+            account: AccountReport(email: account.email, displayName: account.name.displayName,
+                                   accountId: account.accountID, profile: credentials.profile),
+            server: serverName, root: options.root, readOnly: options.readOnly,
+            cacheUsage: { vfs?.cacheUsage() }, writeBack: nil)
         return MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
-                            shutdown: operations.shutdown)
+                            shutdown: operations.shutdown, statusSource: status)
     }
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
@@ -112,10 +130,10 @@ struct MountBackend: CustomStringConvertible {
         return URL(fileURLWithPath: path)
     }
 
-    private static func startupMessage(_ error: DropboxError, server: String) -> String {
+    private static func startupMessage(_ error: DropboxError, server: String, fix: String) -> String {
         switch error {
         case .auth(let reason, _):
-            return "the access token was rejected by \(server) (\(reason)); check DBXFS_ACCESS_TOKEN or --token-file"
+            return "the access token was rejected by \(server) (\(reason)); \(fix)"
         case .accessDenied(let tag, _):
             return "access denied by \(server) (\(tag))"
         case .transport(_, let message):
