@@ -1,8 +1,8 @@
 /// The subcommand dispatcher. A subcommand is a name plus a function from its arguments to an
 /// exit status; anything that is not a known subcommand name is the mount command's arguments.
 ///
-/// Exit statuses (documented in docs/SEMANTICS.md): 0 success, 1 the operation failed (bad token,
-/// unreachable server, mount refused), 2 bad command line.
+/// Exit statuses (documented in docs/dbxfs.1 and docs/CLI.md): 0 success, 1 the operation failed (bad
+/// token, unreachable server, mount refused), 2 bad command line, 3 (status, sync) no dbxfs mount there.
 import Foundation
 
 struct Subcommand: Sendable {
@@ -11,7 +11,19 @@ struct Subcommand: Sendable {
     let run: @Sendable ([String]) -> Int32
 
     /// Every subcommand besides mounting. Add new ones here (each in its own file).
-    static let all: [Subcommand] = []
+    static let all: [Subcommand] = [
+        AuthCommand.subcommand, AuthCommand.alias, UnlinkCommand.subcommand,
+        StatusCommand.subcommand, SyncCommand.subcommand,
+    ]
+
+    /// `dbxfs --help`: the mount usage, then the other commands.
+    static var overview: String {
+        var text = MountOptions.usage + "\n\ncommands:\n"
+        for command in all { text += "  " + command.name.padding(toLength: 22, withPad: " ", startingAt: 0) + command.summary + "\n" }
+        text += "\nRun 'dbxfs COMMAND --help' for a command's options. Defaults can be set in\n"
+        text += "$XDG_CONFIG_HOME/dbxfs/config; see man dbxfs."
+        return text
+    }
 
     static let version = "0.1.0"
 
@@ -23,6 +35,13 @@ struct Subcommand: Sendable {
             if first == "--version" || first == "-V" {
                 print("dbxfs \(version)")
                 return 0
+            }
+            if arguments.count == 1 && (first == "--help" || first == "-h" || first == "help") {
+                print(overview)
+                return 0
+            }
+            if first == "help", arguments.count == 2, let command = all.first(where: { $0.name == arguments[1] }) {
+                return command.run(["--help"])
             }
         }
         return MountCommand.run(arguments)
