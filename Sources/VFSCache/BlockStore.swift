@@ -78,37 +78,35 @@ final class BlockStore: Sendable {
 
     private func load(_ request: BlockRequest) throws(Errno) -> CachedBlock {
         if let block = memory.get(request.key) { return block }   // fetched while we queued
-        if let disk, let bytes = disk.read(request.key, length: request.length) {
-            let block = CachedBlock(bytes: bytes, computeDigests: computesPieceDigests)
+        if let disk, let storage = disk.read(request.key, length: request.length) {
+            let block = CachedBlock(adopting: storage, computeDigests: computesPieceDigests)
             memory.put(request.key, block)
             return block
         }
-        let bytes = try download(request)
-        let block = CachedBlock(bytes: bytes, computeDigests: computesPieceDigests)
+        let block = CachedBlock(adopting: try download(request), computeDigests: computesPieceDigests)
         memory.put(request.key, block)
-        scheduleDiskWrite(request.key, bytes)
+        scheduleDiskWrite(request.key, block)
         return block
     }
 
     /// One ranged download straight into the block's buffer (the only copy on the way in).
-    private func download(_ request: BlockRequest) throws(Errno) -> [UInt8] {
+    /// Returns the buffer, fully written; the caller owns it.
+    private func download(_ request: BlockRequest) throws(Errno) -> UnsafeMutableRawBufferPointer {
         let length = request.length
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 16)
         var failure: RemoteError?
         var received = 0
-        let block = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
-            do throws(RemoteError) {
-                try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
-                    guard received + chunk.count <= length else { return false }
-                    if let source = chunk.baseAddress, chunk.count > 0 {
-                        (buffer.baseAddress! + received).update(from: source.assumingMemoryBound(to: UInt8.self), count: chunk.count)
-                    }
-                    received += chunk.count
-                    return true
+        do throws(RemoteError) {
+            try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
+                guard received + chunk.count <= length else { return false }
+                if chunk.count > 0 {
+                    UnsafeMutableRawBufferPointer(rebasing: storage[received..<(received + chunk.count)]).copyMemory(from: chunk)
                 }
-            } catch {
-                failure = error
+                received += chunk.count
+                return true
             }
-            initialized = received
+        } catch {
+            failure = error
         }
         var cause: String?
         if let failure {
@@ -116,7 +114,8 @@ final class BlockStore: Sendable {
         } else if received != length {
             cause = "the server sent \(received) of \(length) bytes"
         }
-        guard let cause else { return block }
+        guard let cause else { return storage }
+        storage.deallocate()
         // Logged by `block(_:)` for readers; background read-ahead failures only at debug level.
         log.debug("download of \(request.path) block \(request.key.index) failed: \(cause)")
         failures.withLock { causes in
@@ -126,7 +125,7 @@ final class BlockStore: Sendable {
         throw .io
     }
 
-    private func scheduleDiskWrite(_ key: BlockKey, _ block: [UInt8]) {
+    private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock) {
         guard let disk else { return }
         let size = block.count
         let pending = pendingDiskBytes.add(size, ordering: .relaxed).newValue
@@ -135,7 +134,7 @@ final class BlockStore: Sendable {
             return
         }
         let submitted = diskWriter.submit { [self] in
-            disk.write(key, block)
+            disk.write(key, block.buffer)   // `block` is captured, so its bytes stay alive
             pendingDiskBytes.subtract(size, ordering: .relaxed)
         }
         if !submitted { pendingDiskBytes.subtract(size, ordering: .relaxed) }

@@ -84,8 +84,8 @@ final class DiskBlockCache: @unchecked Sendable {
 
     // MARK: Operations
 
-    /// The block's bytes if cached with exactly `length` bytes.
-    func read(_ key: BlockKey, length: Int) -> [UInt8]? {
+    /// The block's bytes if cached with exactly `length` bytes, in a buffer the caller then owns.
+    func read(_ key: BlockKey, length: Int) -> UnsafeMutableRawBufferPointer? {
         lock.lock()
         let known = index.touch(key)
         lock.unlock()
@@ -94,27 +94,24 @@ final class DiskBlockCache: @unchecked Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { forget(key); return nil }
         defer { close(fd) }
-        var complete = false
-        let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
-            var done = 0
-            while done < length {
-                let got = Glibc.read(fd, buffer.baseAddress! + done, length - done)
-                if got < 0 && errno == EINTR { continue }
-                guard got > 0 else { break }
-                done += got
-            }
-            // One more byte available means the file is longer than expected: not this block.
-            var extra: UInt8 = 0
-            complete = done == length && Glibc.read(fd, &extra, 1) == 0
-            initialized = done
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 16)
+        var done = 0
+        while done < length {
+            let got = Glibc.read(fd, buffer.baseAddress! + done, length - done)
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            done += got
         }
-        guard complete else {
+        // One more byte available means the file is longer than expected: not this block.
+        var extra: UInt8 = 0
+        guard done == length && Glibc.read(fd, &extra, 1) == 0 else {
+            buffer.deallocate()
             log.warning("disk cache: dropping \(path): unexpected length")
             forget(key)
             try? FileManager.default.removeItem(atPath: path)
             return nil
         }
-        return bytes
+        return buffer
     }
 
     func contains(_ key: BlockKey) -> Bool {
@@ -123,13 +120,13 @@ final class DiskBlockCache: @unchecked Sendable {
     }
 
     /// Stores the block (atomically), then evicts the oldest blocks over the budget.
-    func write(_ key: BlockKey, _ bytes: [UInt8]) {
+    func write(_ key: BlockKey, _ bytes: UnsafeRawBufferPointer) {
         guard Int64(bytes.count) <= budget else { return }
         let target = url(for: key)
         let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
         do {
             try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-            let ok = bytes.withUnsafeBytes { raw -> Bool in
+            let ok = { (raw: UnsafeRawBufferPointer) -> Bool in
                 let fd = open(temporary.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
                 guard fd >= 0 else { return false }
                 defer { close(fd) }
@@ -141,7 +138,7 @@ final class DiskBlockCache: @unchecked Sendable {
                     done += wrote
                 }
                 return true
-            }
+            }(bytes)
             guard ok, rename(temporary.path, target.path) == 0 else {
                 let reason = String(cString: strerror(errno))
                 try? FileManager.default.removeItem(at: temporary)

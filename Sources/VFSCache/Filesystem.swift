@@ -123,6 +123,11 @@ public protocol FilesystemOperations: AnyObject, Sendable {
 
     func open(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply
     func read(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int) throws(Errno) -> [UInt8]
+    /// The same read without the copy into an array: `body` gets the bytes as consecutive pieces
+    /// straight from the cache (valid only during the call), e.g. for `fuse_reply_iov`. An empty
+    /// list means end of file. Has a default implementation over `read`.
+    func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
+                       _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R
     func write(_ ino: InodeNumber, handle: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int
     /// Called on every close() of a descriptor; may report an earlier write-back error.
     func flush(_ ino: InodeNumber, handle: HandleID) throws(Errno)
@@ -140,4 +145,12 @@ public protocol FilesystemOperations: AnyObject, Sendable {
     func statfs() throws(Errno) -> FilesystemStats
     func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8]
     func listxattr(_ ino: InodeNumber) throws(Errno) -> [String]
+}
+
+extension FilesystemOperations {
+    public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
+                              _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
+        let bytes = try read(ino, handle: handle, offset: offset, size: size)
+        return bytes.withUnsafeBytes { body($0.isEmpty ? [] : [$0]) }
+    }
 }

@@ -38,10 +38,15 @@ final class OpenFile: @unchecked Sendable {
 
     /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the
     /// handle no longer checks). After a mismatch the check restarts, so a re-read is checked again.
-    func verify(offset: UInt64, _ bytes: [UInt8], pieceDigest: (UInt64) -> [UInt8]?) -> ContentVerifier.Outcome? {
+    func verify(offset: UInt64, _ pieces: [UnsafeRawBufferPointer], pieceDigest: (UInt64) -> [UInt8]?) -> ContentVerifier.Outcome? {
         lock.lock(); defer { lock.unlock() }
         guard verifier != nil else { return nil }
-        let outcome = bytes.withUnsafeBytes { verifier!.feed(offset: offset, $0, pieceDigest: pieceDigest) }
+        var outcome = ContentVerifier.Outcome.pending
+        var at = offset
+        for piece in pieces {
+            outcome = verifier!.feed(offset: at, piece, pieceDigest: pieceDigest)
+            at += UInt64(piece.count)
+        }
         switch outcome {
         case .pending:
             break

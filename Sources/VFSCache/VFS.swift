@@ -182,8 +182,25 @@ public final class VFS: FilesystemOperations, Sendable {
     }
 
     public func read(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
+        try readPieces(ino, handle: handle, offset: offset, size: size) { pieces in
+            // One copy, from the cached blocks into the reply.
+            let count = pieces.reduce(0) { $0 + $1.count }
+            return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+                var written = 0
+                for piece in pieces {
+                    UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[written..<(written + piece.count)])
+                        .copyMemory(from: piece)
+                    written += piece.count
+                }
+                initialized = written
+            }
+        }
+    }
+
+    public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
+                              _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
         guard let file = handles.withLock({ $0.files[handle] }), file.ino == ino else { throw .badFile }
-        guard size > 0, offset < file.size else { return [] }
+        guard size > 0, offset < file.size else { return body([]) }
         let end = min(offset + UInt64(size), file.size)
         let blockSize = UInt64(config.blockSize)
         let firstBlock = offset / blockSize
@@ -199,31 +216,23 @@ public final class VFS: FilesystemOperations, Sendable {
             }
         }
 
-        var pieces: [CachedBlock] = []
-        pieces.reserveCapacity(Int(lastBlock - firstBlock + 1))
+        var blocksRead: [CachedBlock] = []
+        blocksRead.reserveCapacity(Int(lastBlock - firstBlock + 1))
         for index in firstBlock...lastBlock {
-            pieces.append(try blocks.block(file.blockRequest(index, blockSize: config.blockSize)))
+            blocksRead.append(try blocks.block(file.blockRequest(index, blockSize: config.blockSize)))
         }
-
-        // One copy, from the cached blocks into the reply.
-        let count = Int(end - offset)
-        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            var written = 0
-            for (number, piece) in pieces.enumerated() {
-                let blockStart = (firstBlock + UInt64(number)) * blockSize
-                let from = Int(max(offset, blockStart) - blockStart)
-                let to = min(Int(min(end, blockStart + blockSize) - blockStart), piece.count)
-                guard from < to else { break }
-                piece.bytes.withUnsafeBufferPointer { source in
-                    (buffer.baseAddress! + written).update(from: source.baseAddress! + from, count: to - from)
-                }
-                written += to - from
+        // The requested range within each block (the blocks stay alive in `blocksRead`).
+        var pieces: [UnsafeRawBufferPointer] = []
+        pieces.reserveCapacity(blocksRead.count)
+        for (number, block) in blocksRead.enumerated() {
+            let blockStart = (firstBlock + UInt64(number)) * blockSize
+            let from = Int(max(offset, blockStart) - blockStart)
+            let to = Int(min(end, blockStart + blockSize) - blockStart)
+            guard to <= block.count else {
+                logger.error("read of \(file.path): block \(firstBlock + UInt64(number)) is short (\(block.count) bytes)")
+                throw .io
             }
-            initialized = written
-        }
-        guard bytes.count == count else {
-            logger.error("read of \(file.path): short block (\(bytes.count) of \(count) bytes)")
-            throw .io
+            pieces.append(UnsafeRawBufferPointer(rebasing: block.buffer[from..<to]))
         }
 
         // The 4 MiB content-hash pieces' digests, when the blocks of this read carry them.
@@ -231,11 +240,11 @@ public final class VFS: FilesystemOperations, Sendable {
             let start = piece * UInt64(DropboxContentHasher.blockSize)
             let index = start / blockSize
             guard index >= firstBlock, index <= lastBlock else { return nil }
-            let digests = pieces[Int(index - firstBlock)].pieceDigests
+            let digests = blocksRead[Int(index - firstBlock)].pieceDigests
             let slot = Int((start - index * blockSize) / UInt64(DropboxContentHasher.blockSize))
             return slot < digests.count ? digests[slot] : nil
         }
-        switch file.verify(offset: offset, bytes, pieceDigest: pieceDigest) {
+        switch file.verify(offset: offset, pieces, pieceDigest: pieceDigest) {
         case .matched:
             logger.debug("read of \(file.path) (rev \(file.rev)): content hash verified")
         case .abandoned:
@@ -248,7 +257,7 @@ public final class VFS: FilesystemOperations, Sendable {
         case .pending, nil:
             break
         }
-        return bytes
+        return withExtendedLifetime(blocksRead) { body(pieces) }
     }
 
     public func write(_ ino: InodeNumber, handle: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {

@@ -24,6 +24,26 @@ import Testing
         #expect(throws: Errno.badFile) { try vfs.read(file, handle: 999_999, offset: 0, size: 1) }
     }
 
+    @Test func readPiecesHandsOutTheCachedBytesWithoutCopying() throws {
+        let remote = InMemoryRemote()
+        let data = testBytes(200_000)
+        remote.externalWrite("/f.bin", data)
+        let vfs = try makeVFS(remote)
+        let file = try vfs.resolve("/f.bin")
+        let handle = try vfs.open(file, flags: .read).handle
+        defer { vfs.release(file, handle: handle) }
+        // 60,000..<140,000 spans blocks 0, 1 and 2 (64 KiB each).
+        let (joined, counts, address) = try vfs.readPieces(file, handle: handle, offset: 60_000, size: 80_000) { pieces in
+            (pieces.flatMap { Array($0) }, pieces.map(\.count), pieces[1].baseAddress)
+        }
+        #expect(joined == Array(data[60_000..<140_000]))
+        #expect(counts == [65_536 - 60_000, 65_536, 140_000 - 131_072])
+        // A second read of the same block sees the very same memory: served in place.
+        let again = try vfs.readPieces(file, handle: handle, offset: 65_536, size: 10) { $0[0].baseAddress }
+        #expect(again == address)
+        #expect(try vfs.readPieces(file, handle: handle, offset: 200_000, size: 10) { $0.count } == 0)
+    }
+
     @Test func emptyFilesReadAsEmpty() throws {
         let remote = InMemoryRemote()
         remote.externalWrite("/empty", [])
@@ -36,7 +56,7 @@ import Testing
         let cache = MemoryBlockCache(budget: 300)
         func key(_ index: UInt64) -> BlockKey { BlockKey(fileID: "id:a", rev: "r1", index: index) }
         func block(_ byte: UInt8, _ count: Int = 100) -> CachedBlock {
-            CachedBlock(bytes: [UInt8](repeating: byte, count: count), computeDigests: false)
+            CachedBlock(copying: [UInt8](repeating: byte, count: count), computeDigests: false)
         }
         cache.put(key(0), block(0))
         cache.put(key(1), block(1))
@@ -106,20 +126,20 @@ import Testing
         do {
             let cache = try DiskBlockCache(directory: directory, blockSize: 100, budget: 300, log: log.logger)
             for index in 0..<3 { cache.write(key(UInt64(index)), [UInt8](repeating: UInt8(index), count: 100)) }
-            #expect(cache.read(key(0), length: 100) == [UInt8](repeating: 0, count: 100))
+            #expect(cache.readArray(key(0), length: 100) == [UInt8](repeating: 0, count: 100))
             cache.write(key(3), [UInt8](repeating: 3, count: 100))
             #expect(!cache.contains(key(1)))
             #expect(cache.usage.bytes == 300)
-            #expect(cache.read(key(2), length: 99) == nil)   // wrong length: not this block
+            #expect(cache.readArray(key(2), length: 99) == nil)   // wrong length: not this block
         }
         let reopened = try DiskBlockCache(directory: directory, blockSize: 100, budget: 300, log: log.logger)
         #expect(reopened.usage.blocks == 2)
-        #expect(reopened.read(key(3), length: 100) == [UInt8](repeating: 3, count: 100))
+        #expect(reopened.readArray(key(3), length: 100) == [UInt8](repeating: 3, count: 100))
         let otherSize = try DiskBlockCache(directory: directory, blockSize: 200, budget: 300, log: log.logger)
-        #expect(otherSize.read(key(3), length: 100) == nil)
+        #expect(otherSize.readArray(key(3), length: 100) == nil)
         reopened.purge(fileID: "id:x/y", rev: "015abc")
         #expect(reopened.usage.blocks == 0)
-        #expect(reopened.read(key(0), length: 100) == nil)
+        #expect(reopened.readArray(key(0), length: 100) == nil)
     }
 
     @Test func concurrentReadersOfOneBlockShareOneDownload() throws {
