@@ -44,7 +44,11 @@ extension WriteBackEngine {
                 return entry
             }
         }
-        guard persist(job, resetChunks: job.record.sessionID == nil, verified: job.verifyContent) else { throw .cancelled }
+        // A small file's hash reaches the journal with its "committing" mark (one transaction per
+        // batch); a large file's now, since its session's chunks are only valid for these bytes.
+        if job.active.large || job.verifyContent {
+            guard persist(job, resetChunks: job.record.sessionID == nil, verified: job.verifyContent) else { throw .cancelled }
+        }
         return nil
     }
 

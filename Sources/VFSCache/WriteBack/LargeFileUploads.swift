@@ -29,7 +29,12 @@ extension WriteBackEngine {
                                   ordering: .relaxed)
             try appendChunks(missing, of: job, sessionID: sessionID)
             if !job.record.sessionClosed {
-                let last = plan.last!
+                // The last chunk closes the session; if it was already sent (streamed while the file
+                // was written), an empty closing append at the end does.
+                var last = plan.last!
+                if confirmed[last.offset] == last.length && last.length > 0 {
+                    last = UploadPlanner.Chunk(offset: job.record.size, length: 0)
+                }
                 try remote.appendSession(id: sessionID, file: job.file.url, offset: last.offset, length: last.length,
                                          close: true, progress: nil)
                 job.active.done.add(last.length, ordering: .relaxed)

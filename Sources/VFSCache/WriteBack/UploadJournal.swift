@@ -146,8 +146,14 @@ final class UploadJournal: Sendable {
                          [staging, sessionID, offset, length])
     }
 
-    func forgetChunks(staging: String) throws(SQLiteError) {
-        try database.run("DELETE FROM upload_chunks WHERE staging = ?", [staging])
+    /// Forgets the chunks of every session of `staging`, except `keepingSession`'s.
+    func forgetChunks(staging: String, keepingSession: String? = nil) throws(SQLiteError) {
+        try database.run("DELETE FROM upload_chunks WHERE staging = ? AND session_id IS NOT ?", [staging, keepingSession])
+    }
+
+    /// Chunks of files that never got a row (streamed, then the process died before close).
+    func forgetOrphanChunks() throws(SQLiteError) {
+        try database.run("DELETE FROM upload_chunks WHERE staging NOT IN (SELECT staging FROM uploads)")
     }
 
     // MARK: Conflicts and generations

@@ -97,6 +97,10 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.lock(); defer { condition.unlock() }
         guard !stopped else { throw Errno.readOnly }
         if let dirty = files[key] {
+            if !dirty.writing, let stream = dirty.streaming {
+                stream.cancelled.store(true, ordering: .relaxed)
+                if !stream.busy { dirty.streaming = nil }
+            }
             dirty.writing = true
             dirty.hardError = nil
             dirty.active?.cancelled.store(true, ordering: .relaxed)
@@ -119,11 +123,17 @@ public final class WriteBackEngine: @unchecked Sendable {
     @discardableResult
     public func close(path: String, clientModified: Date? = nil) throws(Errno) -> UInt64 {
         let key = Self.key(path)
+        // The fsync runs without the lock, so uploads and other closes go on meanwhile.
+        condition.lock()
+        let file = files[key]?.file
+        condition.unlock()
+        guard let file else { throw Errno.badFile }
+        let size = try file.size()
+        try file.sync()
         condition.lock(); defer { condition.unlock() }
-        guard let dirty = files[key] else { throw Errno.badFile }
+        guard let dirty = files[key], dirty.file === file else { throw Errno.badFile }
         guard !dead else { throw Errno.io }
-        let size = try dirty.file.size()
-        try dirty.file.sync()
+        dirty.active?.cancelled.store(true, ordering: .relaxed)
         let generation = generationCounter + 1
         var record = dirty.record ?? UploadRecord(pathKey: key, path: dirty.path, staging: dirty.file.name, base: dirty.newBase,
                                                   size: 0, generation: 0, state: .pending)
@@ -137,9 +147,10 @@ public final class WriteBackEngine: @unchecked Sendable {
         record.sessionClosed = false
         record.lastError = nil
         record.attempts = 0
+        let streamedSession = handOverStreaming(dirty, record: &record)
         do {
             try journal.database.transaction {
-                try journal.forgetChunks(staging: record.staging)
+                try journal.forgetChunks(staging: record.staging, keepingSession: streamedSession)
                 try journal.save(record)
                 try journal.saveGeneration(generation)
             }
@@ -318,12 +329,13 @@ public final class WriteBackEngine: @unchecked Sendable {
         heldKeys.append(contentsOf: keys)
         func busy() -> Bool {
             files.contains { key, dirty in
-                guard dirty.active != nil else { return false }
+                guard dirty.active != nil || dirty.streaming?.busy == true else { return false }
                 return keys.contains { key == $0 || key.hasPrefix($0 + "/") }
             }
         }
         for (key, dirty) in files where keys.contains(where: { key == $0 || key.hasPrefix($0 + "/") }) {
             dirty.active?.cancelled.store(true, ordering: .relaxed)
+            dirty.streaming?.cancelled.store(true, ordering: .relaxed)
         }
         // A window still gathering would hold our jobs until it closes: close it now.
         if let window, window.jobs.contains(where: { job in keys.contains { job.key == $0 || job.key.hasPrefix($0 + "/") } }) {
@@ -421,6 +433,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             WriteBackLog.info("resuming the upload of \(record.path) (\(record.size) bytes, \(record.state.rawValue))")
         }
         for name in stagingArea.names() where !referenced.contains(name) { stagingArea.remove(name: name) }
+        try? journal.forgetOrphanChunks()
     }
 
     // MARK: Dispatcher
@@ -438,6 +451,11 @@ public final class WriteBackEngine: @unchecked Sendable {
                     dirty.record != nil && !dirty.writing && dirty.active == nil && !isHeld(key)
                 }.sorted { $0.value.record!.generation < $1.value.record!.generation }
                 for (key, dirty) in ready {
+                    if let stream = dirty.streaming {
+                        // Appends still in flight from the writing phase: wait for them.
+                        if stream.busy { continue }
+                        dirty.streaming = nil
+                    }
                     if dirty.notBefore > now { wake = min(wake, dirty.notBefore); continue }
                     let record = dirty.record!
                     if UploadPlanner.isLarge(record, configuration: configuration) {
@@ -487,6 +505,8 @@ final class DirtyFile {
     var conflictIndex = 0
     /// Loaded from the journal after a restart: recheck the bytes before trusting hash and session.
     var verifyContent = false
+    /// A session started while the file was still being written (StreamingUpload.swift).
+    var streaming: StreamingUpload?
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

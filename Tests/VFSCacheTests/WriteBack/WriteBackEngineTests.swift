@@ -73,6 +73,65 @@ import Testing
         #expect(fixture.probe.maxConcurrentAppends <= engine.configuration.chunksInFlight)
     }
 
+    @Test func largeFileStreamsChunksWhileBeingWritten() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(21 << 20, seed: 12)
+        try writeSequentially(engine, "/stream.bin", data)
+        // Every full 4 MiB chunk is on Dropbox before close.
+        #expect(eventually { fixture.memory.calls("appendSession") == 5 })
+        #expect(fixture.memory.calls("finishBatch") == 0)
+        let generation = try engine.close(path: "/stream.bin")
+        try engine.waitUntilCommitted(path: "/stream.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/stream.bin") == data)
+        #expect(fixture.memory.calls("startSession") == 1)
+        #expect(fixture.memory.calls("appendSession") == 6)   // + the closing 1 MiB
+    }
+
+    @Test func streamedFileOfWholeChunksClosesWithAnEmptyAppend() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(12 << 20, seed: 13)
+        try writeSequentially(engine, "/exact.bin", data)
+        #expect(eventually { fixture.memory.calls("appendSession") == 3 })
+        let generation = try engine.close(path: "/exact.bin")
+        try engine.waitUntilCommitted(path: "/exact.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/exact.bin") == data)
+        #expect(fixture.memory.calls("appendSession") == 4)
+    }
+
+    @Test func rewriteBelowTheStreamedPrefixAbandonsTheSession() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(16 << 20, seed: 14)
+        try writeSequentially(engine, "/edited.bin", data)
+        #expect(eventually { fixture.memory.calls("appendSession") == 4 })
+        // The application seeks back and patches the start of the file.
+        engine.noteRewrite(path: "/edited.bin")
+        try engine.stagingFile(path: "/edited.bin")!.write(at: 10, bytes("PATCHED"))
+        data.replaceSubrange(10..<17, with: bytes("PATCHED"))
+        let generation = try engine.close(path: "/edited.bin")
+        try engine.waitUntilCommitted(path: "/edited.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/edited.bin") == data)
+        #expect(fixture.memory.calls("startSession") == 2)
+    }
+
+    @Test func missedRewriteIsCaughtByTheContentHash() throws {
+        // If the facade forgot noteRewrite, Dropbox refuses the commit (hash mismatch) and the
+        // upload starts over: the wrong bytes never land.
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(12 << 20, seed: 15)
+        try writeSequentially(engine, "/sneaky.bin", data)
+        #expect(eventually { fixture.memory.calls("appendSession") == 3 })
+        try engine.stagingFile(path: "/sneaky.bin")!.write(at: 5, bytes("X"))
+        data[5] = UInt8(ascii: "X")
+        let generation = try engine.close(path: "/sneaky.bin")
+        try engine.waitUntilCommitted(path: "/sneaky.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/sneaky.bin") == data)
+        #expect(fixture.probe.landedCommits == ["/sneaky.bin"])
+    }
+
     @Test func burstOfAThousandSmallFilesCostsFewCommitCalls() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine { $0.gatherDelay = 0.2 }; defer { engine.shutdown(drainUntil: nil) }
@@ -202,5 +261,17 @@ import Testing
         try engine.waitUntilCommitted(path: "/report.txt", generation: second, timeout: 10)
         #expect(fixture.memory.content("/report.txt") == bytes("v2"))
         #expect(fixture.memory.allPaths() == ["/report.txt"])
+    }
+
+    /// Writes `data` in 1 MiB pieces, reporting the sequential prefix after each, as the facade does.
+    private func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
+        let file = try engine.beginWrite(path: path, base: .newFile)
+        var offset = 0
+        while offset < data.count {
+            let end = min(data.count, offset + (1 << 20))
+            try file.write(at: UInt64(offset), Array(data[offset..<end]))
+            offset = end
+            engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
+        }
     }
 }
