@@ -48,7 +48,7 @@ struct CredentialStore: Sendable {
             throw Failure(description: error.description)
         }
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
         let data: Data
         do { data = try encoder.encode(credentials) } catch { throw Failure(description: "cannot encode credentials: \(error)") }
