@@ -1,7 +1,7 @@
 /// FUSE file operations: open, create, read, write, flush, release, fsync.
 ///
-/// Reads reply from the facade's bytes with a single `fuse_reply_buf` (one copy, into the
-/// kernel). What close() waits for is the facade's decision (see docs/SEMANTICS.md): flush may
+/// Reads reply with the facade's cached bytes as an iovec (`readPieces` + `fuse_reply_iov`): the
+/// only copy is the kernel's, into the reader's pages. What close() waits for is the facade's decision (see docs/SEMANTICS.md): flush may
 /// report an earlier write-back error, release never waits for the network.
 import CFuse
 import Foundation
@@ -44,12 +44,11 @@ enum FileOperations {
         ops.read = { req, ino, size, offset, fi in
             let fs = FuseFilesystem.from(req)
             do throws(Errno) {
-                let bytes = try fs.operations.read(ino, handle: fi?.pointee.fh ?? 0,
-                                                   offset: UInt64(max(0, offset)), size: size)
-                bytes.withUnsafeBufferPointer { buffer in
-                    buffer.withMemoryRebound(to: CChar.self) { chars in
-                        _ = fuse_reply_buf(req, chars.baseAddress, chars.count)
-                    }
+                // The cached blocks go to the kernel as an iovec: no copy in user space.
+                try fs.operations.readPieces(ino, handle: fi?.pointee.fh ?? 0, offset: UInt64(max(0, offset)),
+                                             size: size) { pieces in
+                    var iov = pieces.map { iovec(iov_base: UnsafeMutableRawPointer(mutating: $0.baseAddress), iov_len: $0.count) }
+                    _ = fuse_reply_iov(req, &iov, Int32(iov.count))
                 }
             } catch {
                 reply(req, error: error)
