@@ -28,11 +28,16 @@ struct InodeTable {
 
     func child(of parent: InodeNumber, key: String) -> InodeNumber? { nodes[parent]?.children[key] }
 
-    /// The node at a lowercased path relative to the mount root ("" is the root).
-    func resolve(pathLower: String) -> InodeNumber? {
+    /// The key a name is filed under: its lowercase form. Lookups from the kernel and entries
+    /// from Dropbox both go through this one function, so matching never depends on Dropbox's
+    /// own lowercasing (`path_lower`) agreeing with ours.
+    static func key(_ name: some StringProtocol) -> String { name.lowercased() }
+
+    /// The node at a path relative to the mount root, in any case ("" is the root).
+    func resolve(path: String) -> InodeNumber? {
         var ino = rootInode
-        for component in pathLower.split(separator: "/", omittingEmptySubsequences: true) {
-            guard let next = nodes[ino]?.children[String(component)] else { return nil }
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            guard let next = nodes[ino]?.children[Self.key(component)] else { return nil }
             ino = next
         }
         return ino
@@ -54,7 +59,7 @@ struct InodeTable {
     @discardableResult
     mutating func upsert(_ entry: RemoteEntry, under parent: InodeNumber, generation: UInt64) -> InodeNumber? {
         guard nodes[parent]?.isDirectory == true else { return nil }
-        let key = Self.lastComponent(entry.pathLower) ?? entry.name.lowercased()
+        let key = Self.key(entry.name)
         let kind = Node.Kind(entry)
         if let existing = nodes[parent]?.children[key] {
             if var node = nodes[existing], node.isDirectory == entry.isFolder {
@@ -85,10 +90,11 @@ struct InodeTable {
     mutating func apply(_ change: RemoteChange, generation: UInt64) -> InodeNumber? {
         switch change {
         case .upsert(let entry):
-            guard !entry.pathLower.isEmpty, let parent = resolve(pathLower: Self.parentPath(entry.pathLower)) else { return nil }
+            // path_display: only its last component's case is reliable, and case does not matter here.
+            guard !entry.pathDisplay.isEmpty, let parent = resolve(path: Self.parentPath(entry.pathDisplay)) else { return nil }
             return upsert(entry, under: parent, generation: generation)
-        case .deleted(let pathLower, _):
-            guard !pathLower.isEmpty, let ino = resolve(pathLower: pathLower) else { return nil }
+        case .deleted(_, let pathDisplay):
+            guard !pathDisplay.isEmpty, let ino = resolve(path: pathDisplay) else { return nil }
             detach(ino)
             return nil
         }
@@ -173,14 +179,8 @@ struct InodeTable {
 
     // MARK: Paths
 
-    static func lastComponent(_ pathLower: String) -> String? {
-        guard let slash = pathLower.lastIndex(of: "/") else { return pathLower.isEmpty ? nil : pathLower }
-        let name = pathLower[pathLower.index(after: slash)...]
-        return name.isEmpty ? nil : String(name)
-    }
-
-    static func parentPath(_ pathLower: String) -> String {
-        guard let slash = pathLower.lastIndex(of: "/") else { return "" }
-        return String(pathLower[..<slash])
+    static func parentPath(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "" }
+        return String(path[..<slash])
     }
 }

@@ -78,7 +78,7 @@ final class MetadataCache: @unchecked Sendable {
     func lookup(parent: InodeNumber, name: String) throws(Errno) -> Node {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         try ensureListed(parent)
-        let key = name.lowercased()
+        let key = InodeTable.key(name)
         let now = clock.now()
         lock.lock()
         guard let dir = table[parent] else { lock.unlock(); throw .noEntry }

@@ -1,0 +1,77 @@
+/// `InodeTable` on its own: applying listing and change-feed entries by path, keys independent of
+/// the server's lowercasing, and the detach/forget life cycle of inode numbers.
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite struct InodeTableTests {
+    private func folder(_ display: String, lower: String? = nil) -> RemoteChange {
+        .upsert(RemoteEntry(id: "id:\(display)", name: String(display.split(separator: "/").last!),
+                            pathLower: lower ?? display.lowercased(), pathDisplay: display, kind: .folder))
+    }
+    private func file(_ display: String, lower: String? = nil, size: UInt64 = 1) -> RemoteChange {
+        .upsert(RemoteEntry(id: "id:\(display)", name: String(display.split(separator: "/").last!),
+                            pathLower: lower ?? display.lowercased(), pathDisplay: display,
+                            kind: .file(size: size, rev: "0123456789ab", contentHash: nil,
+                                        clientModified: Date(), serverModified: Date())))
+    }
+
+    @Test func entriesAreFiledByTheirNameWhateverTheServerLowercases() throws {
+        var table = InodeTable()
+        // A server whose path_lower disagrees with our lowercasing, and whose parent components
+        // in path_display have the wrong case: neither may matter.
+        let dirApplied = table.apply(folder("/Ünïcode Dir", lower: "/SOMETHING ELSE"), generation: 1)
+        let dir = try #require(dirApplied)
+        let childApplied = table.apply(file("/üNÏCODE dir/Straße.TXT", lower: "/x/y"), generation: 1)
+        let child = try #require(childApplied)
+        #expect(table.resolve(path: "/ÜNÏCODE DIR/straße.txt") == child)
+        #expect(table.child(of: dir, key: InodeTable.key("STRAßE.txt")) == child)
+        #expect(table[child]?.name == "Straße.TXT")
+        #expect(table.path(of: child) == "/Ünïcode Dir/Straße.TXT")
+        table.apply(.deleted(pathLower: "/whatever", pathDisplay: "/ünïcode DIR"), generation: 2)
+        #expect(table[dir] == nil && table[child] == nil)
+        #expect(table.apply(file("/missing/parent"), generation: 2) == nil)
+    }
+
+    @Test func referencedNodesOutliveTheirRemovalUntilForgotten() throws {
+        var table = InodeTable()
+        let dirApplied = table.apply(folder("/d"), generation: 1)
+        let dir = try #require(dirApplied)
+        let keptApplied = table.apply(file("/d/kept"), generation: 1)
+        let kept = try #require(keptApplied)
+        let droppedApplied = table.apply(file("/d/dropped"), generation: 1)
+        let dropped = try #require(droppedApplied)
+        table.addLookup(kept)
+        table.addLookup(kept)
+        table.detach(dir)
+        #expect(table[dropped] == nil)
+        #expect(table[dir] == nil)
+        #expect(table[kept]?.isAttached == false)
+        #expect(table.path(of: kept) == nil)
+        table.forget(kept, count: 1)
+        #expect(table[kept] != nil)
+        table.forget(kept, count: 5)   // more than held: clamps at zero, then drops
+        #expect(table[kept] == nil)
+        // Numbers are never reused.
+        let againApplied = table.apply(folder("/d"), generation: 3)
+        let again = try #require(againApplied)
+        #expect(again > dropped)
+    }
+
+    @Test func sweepsRemoveOnlyEntriesTheNewListingLacks() throws {
+        var table = InodeTable()
+        let aApplied = table.apply(file("/a"), generation: 1)
+        let a = try #require(aApplied)
+        let bApplied = table.apply(file("/b"), generation: 1)
+        let b = try #require(bApplied)
+        table.apply(file("/a", size: 2), generation: 2)
+        table.sweepChildren(of: rootInode, olderThan: 2)
+        #expect(table[a]?.file?.size == 2)
+        #expect(table[b] == nil)
+        // An entry confirmed by a lookup (generation 0) during a listing keeps the listing's mark.
+        table.apply(file("/a", size: 3), generation: 0)
+        table.sweepAll(olderThan: 2)
+        #expect(table[a]?.file?.size == 3)
+        #expect(table[rootInode] != nil)
+    }
+}
