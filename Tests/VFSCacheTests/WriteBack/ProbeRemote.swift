@@ -19,6 +19,11 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     private var after: @Sendable (String, String) -> RemoteError? = { _, _ in nil }
     private var appendDelay: TimeInterval = 0
     private var bogusHash = false
+    /// Kill-point simulation: after this many call boundaries (entering or leaving an upload-family
+    /// call), every call blocks at that boundary until `thaw`.
+    private var freezeAfter: Int?
+    private var boundaries = 0
+    private var frozen = false
 
     init(_ inner: any RemoteStore) { self.inner = inner }
 
@@ -42,6 +47,21 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     /// Replies to commits with a wrong content hash (a corrupted commit).
     func setBogusHash(_ on: Bool) { lock.lock(); bogusHash = on; lock.unlock() }
 
+    /// Freezes the remote after `boundaries` call boundaries: a call frozen on entry never reached
+    /// Dropbox; one frozen on leaving did, but its reply is never seen (the process "died").
+    func freeze(afterBoundaries count: Int) { lock.lock(); freezeAfter = count; boundaries = 0; frozen = false; lock.unlock() }
+    var boundariesPassed: Int { lock.lock(); defer { lock.unlock() }; return boundaries }
+    var isFrozen: Bool { lock.lock(); defer { lock.unlock() }; return frozen }
+    func thaw() { lock.lock(); freezeAfter = nil; frozen = false; lock.broadcast(); lock.unlock() }
+
+    private func boundary() {
+        lock.lock(); defer { lock.unlock() }
+        guard let limit = freezeAfter else { return }
+        boundaries += 1
+        if boundaries > limit { frozen = true; lock.broadcast() }
+        while frozen { lock.wait() }
+    }
+
     var maxConcurrentAppends: Int { lock.lock(); defer { lock.unlock() }; return maxInFlight }
     /// Paths (lowercased) of every commit that landed, in order.
     var landedCommits: [String] { lock.lock(); defer { lock.unlock() }; return landed.map(\.path) }
@@ -49,6 +69,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     // MARK: Plumbing
 
     private func enter(_ operation: String, _ key: String) throws(RemoteError) {
+        if operation != "metadata" { boundary() }
         lock.lock()
         while closedGates.contains(operation) {
             waiting[operation, default: 0] += 1
@@ -62,6 +83,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     }
 
     private func leave(_ operation: String, _ key: String) throws(RemoteError) {
+        boundary()
         lock.lock(); let rule = after; lock.unlock()
         if let error = rule(operation, key) { throw error }
     }
@@ -85,7 +107,9 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     }
     func startSession(concurrent: Bool) throws(RemoteError) -> String {
         try enter("startSession", "")
-        return try inner.startSession(concurrent: concurrent)
+        let id = try inner.startSession(concurrent: concurrent)
+        try leave("startSession", "")
+        return id
     }
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
         try enter("appendSession", "\(id)@\(offset)")

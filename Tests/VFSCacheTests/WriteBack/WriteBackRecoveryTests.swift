@@ -38,6 +38,38 @@ import Testing
         #expect(try fixture.journalRows() == 0)
     }
 
+    /// The engine "dies" at each of many points of its conversation with Dropbox (before a call,
+    /// or after a call landed but before its reply); a new engine must finish the job exactly.
+    @Test(arguments: [0, 1, 2, 3, 5, 8, 11, 14, 17, 20, 23, 26, 29, 31, 33, 35, 37, 39, 41, 43, 10_000])
+    func killPointLosesNothing(boundary: Int) throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let existing = fixture.memory.externalWrite("/k/edit.txt", bytes("before"))
+        fixture.probe.freeze(afterBoundaries: boundary)
+        let first = try fixture.engine { $0.gatherDelay = 0.02 }
+        var expected: [String: [UInt8]] = [:]
+        for index in 0..<6 {
+            expected["/k/new\(index).txt"] = bytes("new \(index)")
+            try fixture.put(first, "/k/new\(index).txt", expected["/k/new\(index).txt"]!)
+        }
+        expected["/k/edit.txt"] = bytes("after")
+        try fixture.put(first, "/k/edit.txt", bytes("after"), base: .revision(existing.rev!))
+        expected["/k/big.bin"] = pseudoRandomBytes(10 << 20, seed: UInt64(boundary))
+        try fixture.put(first, "/k/big.bin", expected["/k/big.bin"]!)
+        _ = eventually(timeout: 3) { fixture.probe.isFrozen && first.status().transfers.count > 0 || first.status().pendingFiles == 0 }
+        first.stopAbruptly()
+
+        let second = try fixture.engine(remote: fixture.memory)
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(30)).isEmpty)
+        second.shutdown(drainUntil: nil)
+        fixture.probe.thaw()   // the dead engine's stuck calls go through now: they must not matter
+        Thread.sleep(forTimeInterval: 0.05)
+        for (path, data) in expected { #expect(fixture.memory.content(path) == data, "\(path) at kill point \(boundary)") }
+        #expect(fixture.memory.allPaths().count == expected.count + 1, "no conflicted copies or strays at kill point \(boundary)")
+        #expect(fixture.stagingNames().isEmpty)
+        #expect(try fixture.journalRows() == 0)
+        if boundary == 10_000 { print("kill points: a run without a crash passes \(fixture.probe.boundariesPassed) call boundaries") }
+    }
+
     @Test func commitThatLandedJustBeforeTheCrashIsNotSentAgain() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let original = fixture.memory.externalWrite("/db.sqlite", bytes("v1"))
