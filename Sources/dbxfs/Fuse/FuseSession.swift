@@ -2,9 +2,7 @@
 /// Owns the `FuseFilesystem` (libfuse only holds an unretained pointer to it) and the signal
 /// handlers that turn SIGINT/SIGTERM/SIGHUP into a clean loop exit.
 ///
-/// Also the home of kernel cache invalidation for the change watcher (issue 7): the `notify*`
-/// methods may be called from any thread except from inside a FUSE callback for the same inode
-/// (libfuse's deadlock rule for notify_inval_*).
+/// `notifier` is how the rest of the daemon (the change watcher) drops the kernel's caches.
 import CFuse
 import Foundation
 import VFSCache
@@ -13,6 +11,8 @@ final class FuseSession {
     struct Failure: Error, CustomStringConvertible { var description: String }
 
     let filesystem: FuseFilesystem
+    /// Pushes invalidations into the kernel's caches; Sendable, usable from any thread.
+    let notifier = KernelCacheNotifier()
     private var session: OpaquePointer?
     private var mounted = false
     private var signalsInstalled = false
@@ -38,6 +38,7 @@ final class FuseSession {
             throw Failure(description: "could not create the FUSE session (bad -o option?)")
         }
         session = created
+        notifier.attach(created)
     }
 
     func mount(at mountpoint: String) throws(Failure) {
@@ -75,30 +76,8 @@ final class FuseSession {
     }
 
     deinit {
+        notifier.detach()
         unmount()
         if let session { fuse_session_destroy(session) }
-    }
-
-    // MARK: - Kernel cache invalidation (for the change watcher)
-
-    /// Drops the kernel's cached attributes and pages of `ino` (offset 0, length 0 = all pages).
-    @discardableResult
-    func notifyInvalidateInode(_ ino: InodeNumber) -> Int32 {
-        guard let session else { return -ENOTCONN }
-        return fuse_lowlevel_notify_inval_inode(session, ino, 0, 0)
-    }
-
-    /// Drops the kernel's cached name → inode mapping for `name` in `parent`.
-    @discardableResult
-    func notifyInvalidateEntry(parent: InodeNumber, name: String) -> Int32 {
-        guard let session else { return -ENOTCONN }
-        return name.withCString { fuse_lowlevel_notify_inval_entry(session, parent, $0, strlen($0)) }
-    }
-
-    /// Tells the kernel that `child`, named `name` in `parent`, was deleted.
-    @discardableResult
-    func notifyDelete(parent: InodeNumber, child: InodeNumber, name: String) -> Int32 {
-        guard let session else { return -ENOTCONN }
-        return name.withCString { fuse_lowlevel_notify_delete(session, parent, child, $0, strlen($0)) }
     }
 }
