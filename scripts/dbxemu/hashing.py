@@ -32,6 +32,30 @@ class ContentHasher:
                 self._block = hashlib.sha256()
                 self._block_len = 0
 
+    @property
+    def at_block_boundary(self):
+        return self._block_len == 0
+
+    def copy(self):
+        clone = ContentHasher()
+        clone.block_digests = list(self.block_digests)
+        clone._block = self._block.copy()
+        clone._block_len = self._block_len
+        clone.length = self.length
+        return clone
+
+    def extend(self, other):
+        """Appends what `other` hashed, when this hasher sits on a block boundary.
+
+        Lets an upload session hash each request body once: a body that starts at a 4 MiB
+        boundary has exactly the file's block digests.
+        """
+        assert self._block_len == 0
+        self.block_digests.extend(other.block_digests)
+        self._block = other._block.copy()
+        self._block_len = other._block_len
+        self.length += other.length
+
     def hexdigest(self):
         digests = list(self.block_digests)
         if self._block_len:

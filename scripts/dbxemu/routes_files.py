@@ -5,6 +5,8 @@ Every route function takes a `Call` (see http_server) and returns the JSON resul
 """
 
 import os
+import queue
+import threading
 import time
 
 from . import cursors, paths
@@ -76,36 +78,60 @@ def parse_commit(arg):
 def receive_to_file(call, file_path, offset=0, hashers=(), limit=MAX_UPLOAD_REQUEST, too_large_error=None):
     """Streams the request body into file_path at offset; returns the number of bytes.
 
-    Reads in 4 MiB pieces, feeding every hasher. A body over `limit` raises
-    `too_large_error` (payload_too_large) after draining the rest.
+    Reads in 4 MiB pieces. Hashing and writing run on a helper thread while the next piece is
+    read from the socket (hashlib, recv and pwrite all release the GIL), so a large upload
+    keeps both cores busy. A body over `limit` raises `too_large_error` (payload_too_large)
+    after draining the rest.
     """
     body = call.body
+    too_large = too_large_error or RouteError({".tag": "payload_too_large"})
     if body.length is not None and body.length > limit:
         body.drain()
-        raise too_large_error or RouteError({".tag": "payload_too_large"})
-    buf = bytearray(IO_CHUNK)
-    view = memoryview(buf)
-    flags = os.O_WRONLY | os.O_CREAT
-    fd = os.open(file_path, flags, 0o644)
-    written = 0
+        raise too_large
+    fd = os.open(file_path, os.O_WRONLY | os.O_CREAT, 0o644)
+    free, work, failure = queue.Queue(), queue.Queue(maxsize=2), []
+    for _ in range(3):
+        free.put(bytearray(IO_CHUNK))
+
+    def hash_and_write():
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            buf, n, at = item
+            try:
+                if not failure:
+                    chunk = memoryview(buf)[:n]
+                    for hasher in hashers:
+                        hasher.update(chunk)
+                    pos = 0
+                    while pos < n:
+                        pos += os.pwrite(fd, chunk[pos:], at + pos)
+            except OSError as err:
+                failure.append(err)
+            free.put(buf)
+
+    worker = threading.Thread(target=hash_and_write, daemon=True)
+    worker.start()
+    received = 0
     try:
         while True:
-            n = body.readinto(view)
+            buf = free.get()
+            n = body.readinto(memoryview(buf))
             if not n:
                 break
-            if written + n > limit:
+            if received + n > limit:
                 body.drain()
-                raise too_large_error or RouteError({".tag": "payload_too_large"})
-            chunk = view[:n]
-            for hasher in hashers:
-                hasher.update(chunk)
-            pos = 0
-            while pos < n:
-                pos += os.pwrite(fd, chunk[pos:], offset + written + pos)
-            written += n
+                raise too_large
+            work.put((buf, n, offset + received))
+            received += n
     finally:
+        work.put(None)
+        worker.join()
         os.close(fd)
-    return written
+    if failure:
+        raise failure[0]
+    return received
 
 
 def verify_hash(arg, hasher):

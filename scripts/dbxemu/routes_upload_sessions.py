@@ -83,12 +83,7 @@ class SessionStore:
                         break
                     hasher.update(chunk)
                     remaining -= len(chunk)
-        clone = ContentHasher()
-        clone.block_digests = list(hasher.block_digests)
-        clone._block = hasher._block.copy()
-        clone._block_len = hasher._block_len
-        clone.length = hasher.length
-        return clone
+        return hasher.copy()
 
     def keep_hasher(self, session_id, hasher):
         with self._lock:
@@ -122,8 +117,11 @@ def append_data(call, session_id, offset, close, wrap, content_hash=None):
             if offset != sess["offset"]:
                 raise wrap({".tag": "incorrect_offset", "correct_offset": sess["offset"]})
             hasher = sessions.hasher(session_id, sess["offset"])
-            n = receive_to_file(call, sessions.path(session_id), offset, (hasher, body_hasher),
-                                too_large_error=RouteError({".tag": "payload_too_large"}))
+            aligned = hasher.at_block_boundary
+            feed = (body_hasher,) if aligned else (hasher, body_hasher) if content_hash else (hasher,)
+            n = receive_to_file(call, sessions.path(session_id), offset, feed)
+            if aligned:
+                hasher.extend(body_hasher)
             if content_hash is not None and content_hash != body_hasher.hexdigest():
                 raise RouteError({".tag": "content_hash_mismatch"})
             if offset + n > MAX_SESSION_SIZE:
@@ -134,7 +132,7 @@ def append_data(call, session_id, offset, close, wrap, content_hash=None):
     # Concurrent: pieces may arrive in parallel, so only the bookkeeping is locked.
     if offset % BLOCK_SIZE:
         raise wrap({".tag": "concurrent_session_invalid_offset"})
-    n = receive_to_file(call, sessions.path(session_id), offset, (body_hasher,))
+    n = receive_to_file(call, sessions.path(session_id), offset, (body_hasher,) if content_hash else ())
     if content_hash is not None and content_hash != body_hasher.hexdigest():
         raise RouteError({".tag": "content_hash_mismatch"})
     if n % BLOCK_SIZE and not close:
