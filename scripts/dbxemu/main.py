@@ -44,6 +44,9 @@ def import_seed(app, src):
     """Copies a local tree into the account (identical files are left alone)."""
     store = app.store
     src = os.path.abspath(src)
+    batch = store.write()  # one transaction per 5,000 files: seeding a million entries stays fast
+    batch.__enter__()
+    pending = 0
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames.sort()
         rel = os.path.relpath(dirpath, src)
@@ -56,12 +59,22 @@ def import_seed(app, src):
         for name in sorted(filenames):
             local = os.path.join(dirpath, name)
             temp = store.new_temp_path()
-            shutil.copyfile(local, temp)
+            if os.path.getsize(local):
+                shutil.copyfile(local, temp)
+            else:
+                open(temp, "wb").close()
             mtime = time.strftime(TIMESTAMP_FORMAT, time.gmtime(os.stat(local).st_mtime))
             with store.lock:
                 target = store.resolve(base + "/" + name, write=True)
                 store.commit_file(target, ("overwrite", None), False, mtime, False, temp,
                                   os.path.getsize(temp), content_hash_of_file(temp))
+            pending += 1
+            if pending >= 5000:
+                batch.__exit__(None, None, None)
+                batch = store.write()
+                batch.__enter__()
+                pending = 0
+    batch.__exit__(None, None, None)
 
 
 def main(argv=None):

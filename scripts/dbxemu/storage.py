@@ -31,6 +31,7 @@ from .errors import BadRequest, RouteError, lookup_error, write_error
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 REVISIONS_KEPT_PER_FILE = 4
+EMPTY_BLOB = os.path.join("blobs", "empty")
 ID_ALPHABET = string.ascii_letters + string.digits + "-_"
 
 SCHEMA = """
@@ -108,6 +109,7 @@ class Store:
         for sub in ("blobs", "sessions", "tmp"):
             os.makedirs(os.path.join(self.data_dir, sub), exist_ok=True)
         self.lock = threading.RLock()
+        self._write_depth = 0
         # Notified after every committed change; list_folder/longpoll waits on it.
         self.changed = threading.Condition()
         self.db = sqlite3.connect(os.path.join(self.data_dir, "meta.sqlite3"),
@@ -154,8 +156,17 @@ class Store:
     def write(self):
         """A write transaction; persists counters and wakes longpolls if anything changed."""
         with self.lock:
+            if self._write_depth:
+                # Nested inside a bulk transaction (e.g. --seed): the outer one commits.
+                self._write_depth += 1
+                try:
+                    yield self.db
+                finally:
+                    self._write_depth -= 1
+                return
             seq_before = self.seq
             self.db.execute("BEGIN IMMEDIATE")
+            self._write_depth = 1
             try:
                 yield self.db
                 self.meta_set("seq", self.seq)
@@ -164,6 +175,8 @@ class Store:
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
+            finally:
+                self._write_depth = 0
         if self.seq != seq_before:
             with self.changed:
                 self.changed.notify_all()
@@ -177,7 +190,7 @@ class Store:
         return f"{self.rev_counter:012x}"
 
     def new_id(self):
-        return "id:" + "".join(secrets.choice(ID_ALPHABET) for _ in range(22))
+        return "id:" + secrets.token_urlsafe(16)[:22]
 
     def invalidate_cursors(self):
         with self.write():
@@ -192,7 +205,17 @@ class Store:
         return os.path.join(self.data_dir, "tmp", uuid.uuid4().hex)
 
     def adopt_blob(self, temp_path):
-        """Moves a finished upload file into blobs/; returns its relative blob name."""
+        """Moves a finished upload file into blobs/; returns its relative blob name.
+
+        Empty files all share one blob, so namespaces of a million empty files stay cheap.
+        """
+        if os.path.getsize(temp_path) == 0:
+            empty = os.path.join(self.data_dir, EMPTY_BLOB)
+            if not os.path.exists(empty):
+                os.rename(temp_path, empty)
+            else:
+                os.unlink(temp_path)
+            return EMPTY_BLOB
         name = uuid.uuid4().hex
         rel = os.path.join("blobs", name[:2], name)
         os.makedirs(os.path.join(self.data_dir, "blobs", name[:2]), exist_ok=True)
@@ -325,7 +348,7 @@ class Store:
         for rev, blob in old:
             self.db.execute("DELETE FROM revisions WHERE rev = ?", (rev,))
             still_used = self.db.execute("SELECT 1 FROM entries WHERE blob = ?", (blob,)).fetchone()
-            if not still_used:
+            if not still_used and blob != EMPTY_BLOB:
                 try:
                     os.unlink(self.blob_path(blob))
                 except FileNotFoundError:
