@@ -58,7 +58,8 @@ enum MountCommand {
             control = nil
         }
 
-        let filesystem = FuseFilesystem(operations: backend.operations, log: logger)
+        let filesystem = FuseFilesystem(operations: backend.operations, readDirectoryPlus: options.readDirectoryPlus,
+                                        log: logger)
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)

@@ -28,6 +28,8 @@ struct MountOptions: Sendable {
     var maxThreads: UInt32 = 64
     /// The kernel's read-ahead window for this mount, in KiB (0 = leave the kernel's 128 KiB).
     var kernelReadAheadKiB = 1024
+    /// Hidden `--no-readdirplus`: plain readdir only (to measure what readdirplus saves).
+    var readDirectoryPlus = true
     /// Options for libfuse (`fuse_session_new`'s -o), already stripped of ours.
     var fuseOptions: [String] = []
     var uid: UInt32 = getuid()
@@ -117,6 +119,7 @@ struct MountOptions: Sendable {
                 let raw = try value(for: name, inline: inline)
                 do throws(ByteSize.Invalid) { options.kernelReadAheadKiB = Int(try ByteSize.parse(raw) / 1024) }
                 catch { throw UsageError(description: error.description) }
+            case "--no-readdirplus": options.readDirectoryPlus = false
             case "--max-threads":
                 let raw = try value(for: name, inline: inline)
                 guard let n = UInt32(raw), n >= 2 else { throw UsageError(description: "invalid --max-threads '\(raw)'") }

@@ -16,13 +16,16 @@ final class FuseFilesystem: Sendable {
     let maxBackground: UInt32
     /// Reported as st_blksize: tools such as cp and cat size their buffers from it.
     let preferredIOSize: Int
+    /// Offer readdirplus to the kernel (hidden `--no-readdirplus` turns it off, for measuring).
+    let readDirectoryPlus: Bool
     let log: Logger
 
     init(operations: any FilesystemOperations, maxRequestSize: UInt32 = 1 << 20,
-         maxBackground: UInt32 = 64, log: Logger) {
+         maxBackground: UInt32 = 64, readDirectoryPlus: Bool = true, log: Logger) {
         self.operations = operations
         self.maxRequestSize = maxRequestSize
         self.maxBackground = maxBackground
+        self.readDirectoryPlus = readDirectoryPlus
         self.preferredIOSize = Int(maxRequestSize)
         self.log = log
     }

@@ -21,8 +21,13 @@ enum SessionOperations {
             _ = dbxfs_conn_want(conn, DBXFS_CAP_PARALLEL_DIROPS)
             _ = dbxfs_conn_want(conn, DBXFS_CAP_ATOMIC_O_TRUNC)
             // readdirplus only when the kernel thinks it pays (ls -l, find), plain readdir otherwise.
-            _ = dbxfs_conn_want(conn, DBXFS_CAP_READDIRPLUS)
-            _ = dbxfs_conn_want(conn, DBXFS_CAP_READDIRPLUS_AUTO)
+            if fs.readDirectoryPlus {
+                _ = dbxfs_conn_want(conn, DBXFS_CAP_READDIRPLUS)
+                _ = dbxfs_conn_want(conn, DBXFS_CAP_READDIRPLUS_AUTO)
+            } else {
+                dbxfs_conn_unwant(conn, DBXFS_CAP_READDIRPLUS)
+                dbxfs_conn_unwant(conn, DBXFS_CAP_READDIRPLUS_AUTO)
+            }
             // Drop cached pages when a file's size or mtime changes under us (remote edits).
             _ = dbxfs_conn_want(conn, DBXFS_CAP_AUTO_INVAL_DATA)
             dbxfs_conn_unwant(conn, DBXFS_CAP_WRITEBACK_CACHE)
