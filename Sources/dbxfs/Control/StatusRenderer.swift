@@ -30,8 +30,12 @@ enum StatusRenderer {
         } else {
             lines.append("  uploads   \(uploads.pendingFiles) pending, \(bytes(Int64(clamping: uploads.pendingBytes)))\(uploads.offline ? " (Dropbox unreachable; will retry)" : "")")
         }
+        // One name column for all bars, so the bars line up: as wide as the longest name, within
+        // what the terminal leaves next to the figures (~70 columns).
+        let longest = uploads.transfers.map { ($0.path as NSString).lastPathComponent.count }.max() ?? 0
+        let nameWidth = max(8, min(longest, width - 4 - 72))
         for transfer in uploads.transfers {
-            lines.append("    " + progressLine(transfer, width: width - 4))
+            lines.append("    " + progressLine(transfer, nameWidth: nameWidth))
         }
         let activePaths = Set(uploads.transfers.map(\.path))
         let waiting = uploads.pending.filter { !activePaths.contains($0.path) }
@@ -56,21 +60,29 @@ enum StatusRenderer {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// "name  [#########-----------]  45%  460.0 MiB / 1.0 GiB  52.3 MiB/s  ETA 0:11"
-    static func progressLine(_ transfer: TransferReport, width: Int) -> String {
+    /// "name  [#########---------------]  45%   460.0 MiB / 1.0 GiB      52.3 MiB/s  ETA 0:11"
+    static func progressLine(_ transfer: TransferReport, nameWidth: Int) -> String {
         let total = max(transfer.bytesTotal, 1)
         let fraction = min(1, Double(transfer.bytesDone) / Double(total))
         let barWidth = 24
         let filled = Int((fraction * Double(barWidth)).rounded(.down))
         let bar = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: barWidth - filled) + "]"
         let percent = String(format: "%3d%%", Int((fraction * 100).rounded(.down)))
+        let done = bytes(Int64(clamping: transfer.bytesDone)), of = bytes(Int64(clamping: transfer.bytesTotal))
         let rate = transfer.bytesPerSecond > 0 ? "\(bytes(Int64(transfer.bytesPerSecond)))/s" : "--/s"
         let eta = transfer.etaSeconds.map { "ETA \(duration($0))" } ?? "ETA --"
-        let figures = "\(bar) \(percent)  \(bytes(Int64(clamping: transfer.bytesDone))) / \(bytes(Int64(clamping: transfer.bytesTotal)))  \(rate)  \(eta)"
-        let nameWidth = max(12, width - figures.count - 2)
         var name = (transfer.path as NSString).lastPathComponent
         if name.count > nameWidth { name = String(name.prefix(nameWidth - 1)) + "…" }
-        return name.padding(toLength: nameWidth, withPad: " ", startingAt: 0) + "  " + figures
+        return pad(name, nameWidth) + "  " + bar + " " + percent + "  " + padLeft(done, 10) + " / " + pad(of, 10)
+            + "  " + padLeft(rate, 12) + "  " + eta
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : text + String(repeating: " ", count: width - text.count)
+    }
+
+    private static func padLeft(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : String(repeating: " ", count: width - text.count) + text
     }
 
     static func bytes(_ value: Int64) -> String {

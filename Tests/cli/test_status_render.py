@@ -1,0 +1,129 @@
+"""The human form of `dbxfs status` for a mount that is uploading: a stand-in mount daemon (a
+Python Unix-socket server speaking the control protocol of docs/STATUS.md) answers with a
+report holding transfers, pending files, conflicts and errors, and the test checks what
+`dbxfs status` draws from it: progress bars with bytes, rate and ETA, and every section.
+
+This checks the client side (decoding every documented field, rendering); the daemon side of
+the same report is checked by test_status.py against real mounts."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+
+import pytest
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+REPORT = {
+    "mountpoint": "/home/ada/Dropbox", "pid": 4242, "mounted_at": "2026-11-29T20:45:48Z",
+    "account": {"email": "ada@example.com", "display_name": "Ada Lovelace", "account_id": "dbid:x", "profile": "default"},
+    "server": "Dropbox", "root": "", "read_only": False,
+    "cache": {"disk_bytes": 3 * GiB // 2, "disk_budget": 10 * GiB, "memory_bytes": 120 * MiB,
+              "memory_budget": 256 * MiB, "entries": 3210, "open_files": 2},
+    "uploads": {
+        "pending_files": 3, "pending_bytes": GiB + 12 * MiB + 120, "offline": False,
+        "transfers": [
+            {"path": "/iso/debian-13.0.0-amd64-netinst.iso", "bytes_done": GiB // 2, "bytes_total": GiB,
+             "bytes_per_second": 50 * MiB, "eta_seconds": 10.24, "started_at": "2026-11-29T21:03:54Z"},
+            {"path": "/photos/new.jpg", "bytes_done": 0, "bytes_total": 12 * MiB,
+             "bytes_per_second": 0, "started_at": "2026-11-29T21:04:04Z"},
+        ],
+        "pending": [
+            {"path": "/iso/debian-13.0.0-amd64-netinst.iso", "size": GiB, "state": "uploading", "attempts": 1, "open_for_writing": False},
+            {"path": "/photos/new.jpg", "size": 12 * MiB, "state": "uploading", "attempts": 1, "open_for_writing": False},
+            {"path": "/notes.txt", "size": 120, "state": "failed", "attempts": 4, "open_for_writing": False,
+             "last_error": "insufficient space on Dropbox"},
+        ],
+        "conflicts": [{"path": "/a.txt", "copy_path": "/a (conflicted copy 2026-11-29).txt", "at": "2026-11-29T21:01:02Z"}],
+        "errors": [{"path": "/notes.txt", "message": "insufficient space on Dropbox", "at": "2026-11-29T21:02:00Z"}],
+        "some_future_field": {"ignored": True},
+    },
+}
+
+
+class FakeDaemon:
+    """Serves `answer` to every connection on a socket in the CLI's runtime directory."""
+
+    def __init__(self, directory, answer):
+        directory.mkdir(mode=0o700, exist_ok=True)
+        self.path = str(directory / "0123456789abcdef.sock")
+        self.answer = answer
+        self.requests = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(4)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(json.loads(data))
+                conn.sendall(json.dumps(self.answer).encode() + b"\n")
+
+    def close(self):
+        self.server.close()
+        os.unlink(self.path)
+
+
+@pytest.fixture
+def daemon(cli):
+    fake = FakeDaemon(cli.runtime / "dbxfs", REPORT)
+    yield fake
+    fake.close()
+
+
+def test_text_shows_progress_bars_pending_conflicts_and_errors(cli, daemon):
+    result = cli.run("status")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    print(out)
+    assert daemon.requests == [{"command": "status"}]
+    assert "/home/ada/Dropbox  Ada Lovelace <ada@example.com>, profile default on Dropbox" in out
+    assert "1.5 GiB of 10.0 GiB on disk" in out and "3210 entries" in out
+    assert "3 pending, 1.0 GiB" in out
+    iso = next(line for line in out.splitlines() if "debian-13" in line)
+    assert "[############------------]  50%" in iso
+    assert "512.0 MiB / 1.0 GiB" in iso and "50.0 MiB/s  ETA" in iso and "ETA 0:11" in iso
+    jpg = next(line for line in out.splitlines() if "new.jpg" in line)
+    assert "[------------------------]   0%" in jpg and "0 B / 12.0 MiB" in jpg and "--/s" in jpg and "ETA --" in jpg
+    assert "/notes.txt  120 B  failed (insufficient space on Dropbox)" in out
+    assert "/a.txt -> /a (conflicted copy 2026-11-29).txt" in out
+    assert "/notes.txt: insufficient space on Dropbox" in out
+
+
+def test_json_passes_the_documented_fields_through(cli, daemon):
+    result = cli.run("status", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["version"] == 1
+    mount = document["mounts"][0]
+    assert mount["uploads"]["transfers"][0]["eta_seconds"] == 10.24
+    assert "eta_seconds" not in mount["uploads"]["transfers"][1]
+    assert mount["uploads"]["pending"][2]["last_error"] == "insufficient space on Dropbox"
+    assert mount["cache"] == REPORT["cache"] and mount["account"] == REPORT["account"]
+
+
+def test_a_mount_without_write_back_says_so(cli):
+    report = dict(REPORT)
+    del report["uploads"]
+    fake = FakeDaemon(cli.runtime / "dbxfs", report)
+    try:
+        result = cli.run("status")
+        assert "uploads   none (this mount has no write-back)" in result.stdout
+        assert "uploads" not in json.loads(cli.run("status", "--json").stdout)["mounts"][0]
+    finally:
+        fake.close()
