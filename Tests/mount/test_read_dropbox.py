@@ -2,15 +2,17 @@
 tree) and ordinary tools and syscalls read through it. Every mount is unmounted in teardown,
 even when a test fails (conftest.Mount)."""
 
+import errno
 import hashlib
 import mmap
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
-from conftest import Mount, dropbox_args, dropbox_env, force_unmount, mounted_at
+from conftest import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount, mounted_at
 
 BLOCK = 4 << 20
 
@@ -216,3 +218,32 @@ def test_missing_mountpoint_and_unreachable_server(dbxfs_binary, emulator, tmp_p
         assert down.returncode == 1 and "cannot reach" in down.stderr and down.stderr.count("\n") == 1
     finally:
         force_unmount(str(mnt))
+
+
+def test_network_down_gives_prompt_eio_then_recovers(dbxfs_binary, tmp_path):
+    """With the server gone past the retry budget, a read fails with EIO in bounded time (no
+    hung worker), and the same mount reads correctly once the server is back."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    data = os.urandom(3 << 20)
+    (seed / "blob.bin").write_bytes(data)
+    emu = Emulator(tmp_path / "emulator" / "data", token=TOKEN, seed=str(seed)).start()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as m:
+            assert os.stat(mnt / "blob.bin").st_size == len(data)  # metadata is cached now
+            emu.stop()
+            start = time.monotonic()
+            with pytest.raises(OSError) as failure:
+                with open(mnt / "blob.bin", "rb") as f:
+                    f.read()
+            elapsed = time.monotonic() - start
+            assert failure.value.errno == errno.EIO, failure.value
+            assert elapsed < 60, f"EIO took {elapsed:.1f} s"
+            assert "blob.bin" in m.read_log()  # the log line names the file
+            emu.start()  # same data, same port
+            with open(mnt / "blob.bin", "rb") as f:
+                assert f.read() == data
+    finally:
+        emu.stop()
