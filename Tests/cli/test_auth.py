@@ -174,3 +174,14 @@ def test_app_key_from_the_config_file(cli, emulator):
     out, err = proc.communicate(approve(url) + "\n", timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(cli.credentials_path().read_text())["api_base"] == emulator.url
+
+
+def test_relinking_a_profile_revokes_the_previous_tokens(cli, emulator):
+    assert cli.link(emulator).returncode == 0
+    old = json.loads(cli.credentials_path().read_text())
+    result = cli.link(emulator)
+    assert result.returncode == 0 and "replacing the previous link" in result.stdout
+    new = json.loads(cli.credentials_path().read_text())
+    assert new["refresh_token"] != old["refresh_token"]
+    assert refresh_status(emulator, old["refresh_token"])[0] == 400
+    assert refresh_status(emulator, new["refresh_token"])[0] == 200

@@ -178,6 +178,7 @@ enum AuthCommand {
         do { account = try client.currentAccount() } catch { throw Failure(description: ServerMessages.describe(error, server: server)) }
 
         let store = CredentialStore()
+        let previous = try? store.load(profile: options.profile)
         let replacing = store.exists(profile: options.profile)
         let credentials = StoredCredentials(profile: options.profile, appKey: appKey, apiBase: options.apiBase,
                                             accountID: account.accountID, email: account.email,
@@ -185,6 +186,7 @@ enum AuthCommand {
                                             accessToken: token.accessToken, accessTokenExpiresAt: token.expiresAt,
                                             linkedAt: Date())
         do { try store.save(credentials) } catch { throw Failure(description: error.description) }
+        if let previous, previous.refreshToken != refreshToken { revokeQuietly(previous, caFile: options.caFile) }
 
         let mountHint = options.profile == CredentialStore.defaultProfile ? "dbxfs MOUNTPOINT" : "dbxfs --profile \(options.profile) MOUNTPOINT"
         say("""
@@ -193,6 +195,15 @@ enum AuthCommand {
             Credentials saved in \(store.path(profile: options.profile)).
             Mount it with: \(mountHint)
             """)
+    }
+
+    /// A re-link replaces the profile's tokens; the old ones would otherwise stay valid on the
+    /// server with nobody holding them. Best effort: a failure changes nothing for the new link.
+    private static func revokeQuietly(_ old: StoredCredentials, caFile: String?) {
+        let configuration = ClientConfiguration(endpoints: ServerMessages.endpoints(old.apiBase), extraCAFile: caFile,
+                                                connectTimeout: 5, retryPolicy: RetryPolicy(maxAttempts: 2))
+        let client = DropboxClient(configuration: configuration, tokens: TokenProvider(token: old.oauthToken, appKey: old.appKey))
+        try? client.revokeToken()
     }
 
     private static func say(_ text: String) {
