@@ -153,3 +153,31 @@ def test_status_during_a_large_upload_moves_forward_then_completes(cli, emulator
     finally:
         emulator.config(bandwidth=0)
     assert emulator.api("files/get_metadata", {"path": "/big.bin"})["size"] == 256 << 20
+
+
+def test_config_file_defaults_reach_the_mount_and_the_command_line_wins(cli, emulator, mountpoint):
+    cli.config_dir.mkdir(parents=True)
+    (cli.config_dir / "config").write_text(
+        f'# defaults for every mount\napi_base = {emulator.url}\ncache_size = "300M"\nmount_options = ro\n'
+        f"cache_dir = {cli.home / 'cfg-cache'}\n")
+    with Mount(cli, mountpoint, [], env=ENV):
+        report = status_json(cli, str(mountpoint))["mounts"][0]
+        assert report["server"] == emulator.url and report["read_only"] is True
+        assert report["cache"]["disk_budget"] == 300 << 20
+        assert (cli.home / "cfg-cache").is_dir()
+    with Mount(cli, mountpoint, ["--cache-size", "200M", "-o", "rw"], env=ENV):
+        report = status_json(cli, str(mountpoint))["mounts"][0]
+        assert report["cache"]["disk_budget"] == 200 << 20 and report["read_only"] is False
+
+
+def test_help_and_version(cli):
+    top = cli.run("--help")
+    assert top.returncode == 0
+    for command in ("auth", "unlink", "status", "sync"):
+        assert f"\n  {command} " in top.stdout
+        result = cli.run(command, "--help")
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: dbxfs {command}")
+        assert "exit status" in result.stdout
+    assert cli.run("help", "sync").stdout.startswith("usage: dbxfs sync")
+    version = cli.run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("dbxfs ")
