@@ -325,3 +325,31 @@ def test_sigterm_stops_cleanly(tmp_path):
     proc.terminate()
     assert proc.wait(5) == 0
     emu.stop()
+
+
+def test_start_batch_bounds(plain):
+    status, _, _ = rpc(plain, "files/upload_session/start_batch", {"num_sessions": 0})
+    assert status == 400
+    status, _, body = rpc(plain, "files/upload_session/start_batch", {"num_sessions": 2})
+    assert status == 200 and len(json.loads(body)["session_ids"]) == 2
+
+
+def test_concurrent_append_hash_check_and_finish_rejects_data(plain):
+    sid = json.loads(raw(plain, "files/upload_session/start", b"", auth({
+        "Content-Type": "application/octet-stream",
+        "Dropbox-API-Arg": json.dumps({"session_type": "concurrent"})}))[2])["session_id"]
+    arg = {"cursor": {"session_id": sid, "offset": 0}, "close": True, "content_hash": "f" * 64}
+    status, _, body = raw(plain, "files/upload_session/append_v2", b"abc", auth({
+        "Content-Type": "application/octet-stream", "Dropbox-API-Arg": json.dumps(arg)}))
+    assert status == 409 and json.loads(body)["error"][".tag"] == "content_hash_mismatch"
+    arg = {"cursor": {"session_id": sid, "offset": 0}, "close": True}
+    status, _, _ = raw(plain, "files/upload_session/append_v2", b"abc", auth({
+        "Content-Type": "application/octet-stream", "Dropbox-API-Arg": json.dumps(arg)}))
+    assert status == 200
+    finish = {"cursor": {"session_id": sid, "offset": 3}, "commit": {"path": "/conc.txt"}}
+    status, _, body = raw(plain, "files/upload_session/finish", b"extra", auth({
+        "Content-Type": "application/octet-stream", "Dropbox-API-Arg": json.dumps(finish)}))
+    assert status == 409 and json.loads(body)["error"][".tag"] == "concurrent_session_data_not_allowed"
+    status, _, body = raw(plain, "files/upload_session/finish", b"", auth({
+        "Content-Type": "application/octet-stream", "Dropbox-API-Arg": json.dumps(finish)}))
+    assert status == 200 and json.loads(body)["content_hash"] == dropbox_hash(b"abc")

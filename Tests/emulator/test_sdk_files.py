@@ -530,3 +530,33 @@ def test_longpoll_reset(dbx, emu, base):
     with pytest.raises(ApiError) as exc:
         dbx.files_list_folder_longpoll(cursor)
     assert exc.value.error.is_reset()
+
+
+def test_get_latest_cursor_not_found(dbx, base):
+    with pytest.raises(ApiError) as exc:
+        dbx.files_list_folder_get_latest_cursor(base + "/absent")
+    assert exc.value.error.get_path().is_not_found()
+
+
+def test_copy_missing_source(dbx, base):
+    with pytest.raises(ApiError) as exc:
+        dbx.files_copy_v2(base + "/absent", base + "/x")
+    assert exc.value.error.is_from_lookup() and exc.value.error.get_from_lookup().is_not_found()
+
+
+def test_download_by_id(dbx, base):
+    up = dbx.files_upload(b"by id", base + "/id.txt")
+    md, resp = dbx.files_download(up.id)
+    assert resp.content == b"by id" and md.id == up.id
+
+
+def test_recursive_continue_after_folder_move(dbx, base):
+    dbx.files_upload(b"1", base + "/src/a/one.txt")
+    cursor = dbx.files_list_folder(base, recursive=True).cursor
+    dbx.files_move_v2(base + "/src", base + "/dst")
+    res = dbx.files_list_folder_continue(cursor)
+    deleted = {e.path_lower for e in res.entries if isinstance(e, files.DeletedMetadata)}
+    live = {e.path_lower for e in res.entries if not isinstance(e, files.DeletedMetadata)}
+    prefix = base.lower()
+    assert prefix + "/src" in deleted
+    assert {prefix + "/dst", prefix + "/dst/a", prefix + "/dst/a/one.txt"} <= live

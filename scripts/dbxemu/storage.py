@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_parent ON entries(parent_lower, path_lower);
 CREATE INDEX IF NOT EXISTS entries_seq ON entries(seq);
+CREATE INDEX IF NOT EXISTS entries_parent_seq ON entries(parent_lower, seq);
 CREATE TABLE IF NOT EXISTS tombstones (
     path_lower TEXT PRIMARY KEY,
     parent_lower TEXT NOT NULL,
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS tombstones (
     seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_parent ON tombstones(parent_lower, path_lower);
 CREATE INDEX IF NOT EXISTS tombstones_seq ON tombstones(seq);
+CREATE INDEX IF NOT EXISTS tombstones_parent_seq ON tombstones(parent_lower, seq);
 CREATE TABLE IF NOT EXISTS revisions (
     rev TEXT PRIMARY KEY, id TEXT NOT NULL, path_lower TEXT, path_display TEXT,
     size INTEGER, content_hash TEXT, client_modified TEXT, server_modified TEXT, blob TEXT);
@@ -300,14 +302,20 @@ class Store:
             f"SELECT {cols} FROM {table} WHERE {where} AND path_lower > ? ORDER BY path_lower LIMIT ?",
             params + (after, limit)).fetchall()
 
+    @staticmethod
+    def _by_seq(table, recursive):
+        """The table for a change-log query. A recursive subtree scope walks the seq index:
+        changes since a cursor are usually few, while a subtree may hold a million entries."""
+        return f"{table} INDEXED BY {table}_seq" if recursive else table
+
     def changed_rows(self, path_lower, recursive, since_seq, limit):
         """(seq, kind, row) for entries and tombstones in scope changed after since_seq, in seq order."""
         where, params = self._scope(path_lower, recursive)
         live = self.db.execute(
-            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
-            (since_seq,) + params + (limit,)).fetchall()
+            f"SELECT {ENTRY_COLUMNS} FROM {self._by_seq('entries', recursive)} WHERE seq > ? AND {where} "
+            "ORDER BY seq LIMIT ?", (since_seq,) + params + (limit,)).fetchall()
         gone = self.db.execute(
-            f"SELECT * FROM tombstones WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
+            f"SELECT * FROM {self._by_seq('tombstones', recursive)} WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
             (since_seq,) + params + (limit,)).fetchall()
         merged = [(r["seq"], "live", r) for r in live] + [(r["seq"], "deleted", r) for r in gone]
         merged.sort(key=lambda item: item[0])
@@ -318,7 +326,7 @@ class Store:
             return False
         where, params = self._scope(path_lower, recursive)
         for table in ("entries", "tombstones"):
-            if self.db.execute(f"SELECT 1 FROM {table} WHERE seq > ? AND {where} LIMIT 1",
+            if self.db.execute(f"SELECT 1 FROM {self._by_seq(table, recursive)} WHERE seq > ? AND {where} LIMIT 1",
                                (since_seq,) + params).fetchone():
                 return True
         return False
