@@ -185,3 +185,12 @@ def test_relinking_a_profile_revokes_the_previous_tokens(cli, emulator):
     assert new["refresh_token"] != old["refresh_token"]
     assert refresh_status(emulator, old["refresh_token"])[0] == 400
     assert refresh_status(emulator, new["refresh_token"])[0] == 200
+
+
+def test_unlink_of_a_damaged_file_deletes_it_with_a_warning(cli):
+    path = cli.credentials_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("{ not json")
+    result = cli.run("unlink")
+    assert result.returncode == 0 and "warning" in result.stderr and "unreadable" in result.stderr
+    assert not path.exists()

@@ -60,9 +60,8 @@ enum UnlinkCommand {
         let store = CredentialStore()
         let stored: StoredCredentials?
         do { stored = try store.load(profile: name) } catch {
-            // A damaged file is still ours to delete.
-            printError("warning: \(error.description); deleting it")
-            stored = nil
+            // A damaged file is still ours to delete; with no token in it, nothing can be revoked.
+            printError("warning: \(store.path(profile: name)) is unreadable; deleted it without revoking (revoke the app under Settings > Connected apps on dropbox.com)")
             _ = try? store.delete(profile: name)
             return 0
         }
