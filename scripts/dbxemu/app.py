@@ -8,7 +8,6 @@ it is a write commit (for --write-rate-limit), and the function that serves it.
 
 import json
 import secrets
-import threading
 from collections import namedtuple
 
 from . import routes_account, routes_files, routes_upload_sessions
@@ -39,7 +38,6 @@ class App:
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)
         self.control_token = control_token or secrets.token_urlsafe(24)
-        self._lock = threading.Lock()
 
     def quota(self):
         return self.settings["quota"] or (2 << 40)

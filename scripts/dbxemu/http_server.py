@@ -120,16 +120,6 @@ class Call:
             self.handler.abort_connection()
 
 
-class Download:
-    """What a download route returns: metadata for the header and the file to send."""
-
-    def __init__(self, result, file, size, etag):
-        self.result = result
-        self.file = file
-        self.size = size
-        self.etag = etag
-
-
 def parse_range(header, size):
     """(start, end_inclusive) for a single `bytes=` range; None to send everything; 'bad' if unsatisfiable."""
     if not header or not header.strip().lower().startswith("bytes="):

@@ -258,8 +258,17 @@ def longpoll(call):
 
 
 # ----- content -----
+class Download:
+    """What the download route returns: metadata for the Dropbox-API-Result header and the open file."""
+
+    def __init__(self, result, file, size, etag):
+        self.result = result
+        self.file = file
+        self.size = size
+        self.etag = etag
+
+
 def download(call):
-    from .http_server import Download
     arg = args(call)
     path = get_field(arg, "path", str, required=True)
     paths.check_pattern("path", path, "read")

@@ -14,7 +14,7 @@ import time
 
 from . import routes_files
 from .errors import BadRequest, RouteError
-from .hashing import BLOCK_SIZE, ContentHasher
+from .hashing import BLOCK_SIZE, ContentHasher, content_hash_of_file
 from .routes_files import args, batch_entries, get_field, parse_commit, receive_to_file, verify_hash
 from .storage import metadata
 
@@ -242,7 +242,6 @@ def finish_one(call, entry, with_body):
         with open(data_path, "r+b") as f:
             f.truncate(size)
         if content_hash is None:
-            from .hashing import content_hash_of_file
             content_hash = content_hash_of_file(data_path)
         store = app.store
         with store.lock:
