@@ -136,3 +136,33 @@ def test_unknown_token_is_invalid(emu):
     with pytest.raises(AuthError) as exc:
         dropbox.Dropbox("no-such-token", ca_certs=CERT).users_get_space_usage()
     assert exc.value.error.is_invalid_access_token()
+
+
+def test_plain_pkce_and_basic_auth_code_grant(emu):
+    base = emu.url + "/oauth2/authorize?response_type=code&client_id=" + APP_KEY
+    code = code_from_page(approve(base + "&code_challenge=plainverifier123&code_challenge_method=plain").text)
+    resp = requests.post(emu.url + "/oauth2/token", verify=CERT, data={
+        "grant_type": "authorization_code", "code": code, "client_id": APP_KEY, "code_verifier": "plainverifier123"})
+    assert resp.status_code == 200 and resp.headers["Content-Type"] == "application/json"
+    assert "refresh_token" not in resp.json() and resp.json()["expires_in"] == 14400
+    # Without PKCE the app authenticates with its secret, here through HTTP Basic (as golang/oauth2 does).
+    code = code_from_page(approve(base + "&token_access_type=offline").text)
+    resp = requests.post(emu.url + "/oauth2/token", verify=CERT, auth=(APP_KEY, "any-secret"),
+                         data={"grant_type": "authorization_code", "code": code})
+    body = resp.json()
+    assert resp.status_code == 200 and body["refresh_token"] and body["uid"] and body["account_id"].startswith("dbid:")
+    refreshed = requests.post(emu.url + "/oauth2/token", verify=CERT, auth=(APP_KEY, "any-secret"),
+                              data={"grant_type": "refresh_token", "refresh_token": body["refresh_token"]})
+    assert refreshed.status_code == 200 and refreshed.json()["access_token"] != body["access_token"]
+    assert dropbox.Dropbox(refreshed.json()["access_token"], ca_certs=CERT).users_get_space_usage().used >= 0
+
+
+def test_token_endpoint_errors(emu):
+    resp = requests.post(emu.url + "/oauth2/token", verify=CERT, data={"grant_type": "password", "client_id": APP_KEY})
+    assert resp.status_code == 400 and resp.json()["error"] == "unsupported_grant_type"
+    resp = requests.post(emu.url + "/oauth2/token", verify=CERT,
+                         data={"grant_type": "refresh_token", "refresh_token": "nope", "client_id": APP_KEY})
+    assert resp.status_code == 400 and resp.json()["error"] == "invalid_grant"
+    resp = requests.post(emu.url + "/oauth2/token", verify=CERT,
+                         data={"grant_type": "refresh_token", "refresh_token": "nope", "client_id": "intruder"})
+    assert resp.status_code == 400 and resp.json()["error"] == "invalid_client"

@@ -5,7 +5,8 @@ Stable interface (other suites import this; change it only by adding):
     from emulator import Emulator          # with Tests/support on sys.path
 
     with Emulator(data_dir, token="test-token", tls=False, seed=None, extra_args=(), port=0,
-                  control_token="control-token", log_dir=None, tls_cert=None, tls_key=None) as emu:
+                  control_token="control-token", log_dir=None, tls_cert=None, tls_key=None,
+                  start_timeout=None) as emu:   # 30 s, or 3600 s with a seed
         emu.url              # "http://127.0.0.1:PORT" (https:// with tls=True)
         emu.token            # the long-lived access token the emulator accepts
         emu.control_token    # the token of the /_control endpoint
@@ -64,7 +65,7 @@ def make_certificate(directory, hostname="127.0.0.1"):
 
 class Emulator:
     def __init__(self, data_dir, token="test-token", tls=False, seed=None, extra_args=(), port=0,
-                 control_token="control-token", log_dir=None, tls_cert=None, tls_key=None):
+                 control_token="control-token", log_dir=None, tls_cert=None, tls_key=None, start_timeout=None):
         self.data_dir = os.path.abspath(data_dir)
         self.token = token
         self.tls = tls
@@ -73,6 +74,8 @@ class Emulator:
         self.port = port
         self.control_token = control_token
         self.log_dir = log_dir
+        # --seed imports before listening (about 100,000 files per 20 s), so allow for it.
+        self.start_timeout = start_timeout or (3600 if seed else 30)
         self.proc = None
         self.url = None
         self.ca_file = tls_cert
@@ -100,10 +103,11 @@ class Emulator:
         self._log = open(os.path.join(log_dir, f"emulator-{os.getpid()}-{id(self)}.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
         atexit.register(self.stop)
-        line = self._read_first_line(timeout=30)
+        line = self._read_first_line(timeout=self.start_timeout)
         if not line.startswith("listening on "):
+            log_name = self._log.name
             self.stop()
-            raise RuntimeError(f"emulator did not start: {line!r} (see {self._log.name})")
+            raise RuntimeError(f"emulator did not start: {line!r} (see {log_name})")
         self.url = line.split()[-1]
         self.port = int(self.url.rsplit(":", 1)[1])
         # Keep draining stdout so the emulator can never block on a full pipe.
