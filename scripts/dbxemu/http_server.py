@@ -84,7 +84,9 @@ class RequestBody:
         return n
 
     def read_all(self, limit):
-        parts, buf = [], bytearray(min(IO_CHUNK, max(self.length or IO_CHUNK, 1)))
+        if self.done:
+            return b""
+        parts, buf = [], bytearray(min(self.length, IO_CHUNK) if self.length is not None else 65536)
         view = memoryview(buf)
         while True:
             n = self.readinto(view)
