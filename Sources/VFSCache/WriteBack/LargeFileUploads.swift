@@ -58,8 +58,8 @@ extension WriteBackEngine {
         let group = ChunkGroup()
         let limit = max(1, configuration.chunksInFlight)
         for chunk in chunks {
-            guard group.waitForSlot(limit: limit, stop: stopFlag) else { break }
             if job.active.cancelled.load(ordering: .relaxed) { group.fail(.cancelled); break }
+            guard group.waitForSlot(limit: limit, stop: stopFlag) else { break }
             chunkPool.submit {
                 do throws(RemoteError) {
                     try self.remote.appendSession(id: sessionID, file: job.file.url, offset: chunk.offset, length: chunk.length,

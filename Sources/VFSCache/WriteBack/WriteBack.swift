@@ -58,6 +58,7 @@ public final class WriteBackEngine: @unchecked Sendable {
         configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)
         configuration.maxBatchEntries = min(max(configuration.maxBatchEntries, 1), 1000)
         self.configuration = configuration
+        if let logger = configuration.logger { WriteBackLog.use(logger) }
         self.remote = remote
         self.onEvent = onEvent
         do {

@@ -30,6 +30,8 @@ public struct WriteBackConfiguration: Sendable {
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).
     public var timeZone: TimeZone = .current
+    /// Where log lines go (nil: stderr). Conflicts and failures are warnings, resumes info.
+    public var logger: Logger?
 
     public init() {}
 }

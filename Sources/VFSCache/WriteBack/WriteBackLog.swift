@@ -1,5 +1,6 @@
-/// A tiny logger private to the write-back engine, until the module has a shared one: lines go to
-/// stderr by default, or to a sink the daemon (or a test) installs with `WriteBackLog.setSink`.
+/// The write-back engine's log: lines go to stderr by default, or to the module's `Logger` when
+/// the engine is configured with one (`WriteBackConfiguration.logger`), so the daemon's level and
+/// sink apply. One process has one engine, so the choice is process-wide.
 import Foundation
 import Synchronization
 
@@ -11,7 +12,12 @@ enum WriteBackLog {
     /// Replaces where log lines go (nil = stderr).
     static func setSink(_ newSink: (@Sendable (Level, String) -> Void)?) { sink.withLock { $0 = newSink } }
 
+    private static let logger = Mutex<Logger?>(nil)
+
+    static func use(_ newLogger: Logger) { logger.withLock { $0 = newLogger } }
+
     static func debug(_ message: @autoclosure () -> String) {
+        if let shared = logger.withLock({ $0 }) { shared.debug(message()); return }
         if ProcessInfo.processInfo.environment["DBXFS_DEBUG"] != nil { emit(.debug, message()) }
     }
     static func info(_ message: String) { emit(.info, message) }
@@ -19,6 +25,15 @@ enum WriteBackLog {
     static func error(_ message: String) { emit(.error, message) }
 
     private static func emit(_ level: Level, _ message: String) {
+        if let shared = logger.withLock({ $0 }) {
+            switch level {
+            case .debug: shared.debug(message)
+            case .info: shared.info(message)
+            case .warning: shared.warning(message)
+            case .error: shared.error(message)
+            }
+            return
+        }
         if let custom = sink.withLock({ $0 }) { custom(level, message); return }
         FileHandle.standardError.write(Data("dbxfs writeback \(level.rawValue): \(message)\n".utf8))
     }

@@ -147,6 +147,33 @@ import Testing
         #expect(fixture.stagingNames().isEmpty)
     }
 
+    @Test func eightConcurrentWritersAllArrive() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let failures = EventLog()
+        let threads = (0..<8).map { writer in
+            Thread {
+                do {
+                    for index in 0..<60 {
+                        try fixture.put(engine, "/w\(writer)/f\(index)", bytes("writer \(writer) file \(index)"))
+                    }
+                    try fixture.put(engine, "/w\(writer)/large", pseudoRandomBytes(9 << 20, seed: UInt64(writer)))
+                } catch {
+                    failures.append(.failed(path: "writer \(writer)", generation: 0, error: .other("\(error)"), willRetry: false))
+                }
+            }
+        }
+        threads.forEach { $0.start() }
+        #expect(eventually(timeout: 30) { engine.status().pendingFiles + threads.filter { !$0.isFinished }.count == 0 || threads.allSatisfy(\.isFinished) })
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(60)).isEmpty)
+        #expect(failures.all.isEmpty)
+        for writer in 0..<8 {
+            for index in 0..<60 { #expect(fixture.memory.content("/w\(writer)/f\(index)") == bytes("writer \(writer) file \(index)")) }
+            #expect(fixture.memory.content("/w\(writer)/large") == pseudoRandomBytes(9 << 20, seed: UInt64(writer)))
+        }
+        #expect(fixture.stagingNames().isEmpty)
+    }
+
     @Test func laterWriteToTheSamePathWins() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
