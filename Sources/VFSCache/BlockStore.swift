@@ -13,8 +13,8 @@ final class BlockStore: Sendable {
     private let flights = SingleFlight<BlockKey, CachedBlock>()
     /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
     private let failures = Mutex<[BlockKey: String]>([:])
-    /// Whether blocks carry their 4 MiB piece digests (see `CachedBlock`).
-    let computesPieceDigests: Bool
+    /// Whether the content-hash check uses the blocks' 4 MiB piece digests (see `CachedBlock`).
+    let usesPieceDigests: Bool
     private let readAheadPool: WorkerPool
     private let diskWriter: WorkerPool
     /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`).
@@ -29,7 +29,7 @@ final class BlockStore: Sendable {
         self.disk = disk
         self.log = log
         memory = MemoryBlockCache(budget: config.memoryCacheBytes)
-        computesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
+        usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 1)
     }
@@ -40,7 +40,7 @@ final class BlockStore: Sendable {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request) }
+            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request, eagerDigests: false) }
         } catch {
             let cause = error == .timedOut
                 ? "not fetched within \(config.readTimeout) s"
@@ -54,7 +54,8 @@ final class BlockStore: Sendable {
     func prefetch(_ request: BlockRequest) {
         if memory.contains(request.key) || flights.isRunning(request.key) { return }
         readAheadPool.submit { [self] in
-            flights.runIfIdle(request.key) { () throws(Errno) in try load(request) }
+            // Read-ahead only serves sequential readers, whose reads get checked: hash here, in parallel.
+            flights.runIfIdle(request.key) { () throws(Errno) in try load(request, eagerDigests: usesPieceDigests) }
         }
     }
 
@@ -76,14 +77,14 @@ final class BlockStore: Sendable {
         diskWriter.stop()
     }
 
-    private func load(_ request: BlockRequest) throws(Errno) -> CachedBlock {
+    private func load(_ request: BlockRequest, eagerDigests: Bool) throws(Errno) -> CachedBlock {
         if let block = memory.get(request.key) { return block }   // fetched while we queued
         if let disk, let storage = disk.read(request.key, length: request.length) {
-            let block = CachedBlock(adopting: storage, computeDigests: computesPieceDigests)
+            let block = CachedBlock(adopting: storage, computeDigests: eagerDigests)
             memory.put(request.key, block)
             return block
         }
-        let block = CachedBlock(adopting: try download(request), computeDigests: computesPieceDigests)
+        let block = CachedBlock(adopting: try download(request), computeDigests: eagerDigests)
         memory.put(request.key, block)
         scheduleDiskWrite(request.key, block)
         return block

@@ -2,33 +2,30 @@
 /// address is stable for as long as anyone holds the block, and a read can hand the bytes to the
 /// kernel without copying them first), plus the SHA-256 of each 4 MiB content-hash piece in it.
 ///
-/// The digests are computed once, by the thread that downloaded or loaded the block (read-ahead
-/// threads, in parallel), so checking a whole-file read against Dropbox's content_hash costs the
-/// reader almost nothing, even on warm re-reads. They are only computed when the block size is a
-/// multiple of 4 MiB (pieces then never straddle blocks); otherwise the handle hashes the bytes.
+/// The piece digests serve the whole-file content-hash check. Blocks fetched by read-ahead (which
+/// only runs for sequential readers, the ones that get checked) compute them right away, on the
+/// read-ahead thread, in parallel with the reader. Any other block computes them on first use, so
+/// random-access readers never pay for hashing. Once computed they are kept, so a warm re-read
+/// from memory is checked for free. Piece digests only exist when the block size is a multiple of
+/// 4 MiB (pieces then never straddle blocks); otherwise the handle hashes the bytes itself.
 import CCrypto
 import ContentHash
+import Synchronization
 
 final class CachedBlock: @unchecked Sendable {
-    // @unchecked: `storage` is filled before `init` and never written afterwards; freed in deinit.
+    // @unchecked: `storage` is filled before `init` and never written afterwards (freed in
+    // deinit); `digests` is behind its mutex.
     private let storage: UnsafeMutableRawBufferPointer
-    /// SHA-256 of each 4 MiB piece of the block (the last may be short); empty when not computed.
-    let pieceDigests: [[UInt8]]
+    private let digests: Mutex<[[UInt8]]?>
 
     /// Takes ownership of `storage` (allocated with `allocate(byteCount:)`, fully initialized).
     init(adopting storage: UnsafeMutableRawBufferPointer, computeDigests: Bool) {
         self.storage = storage
-        guard computeDigests else { pieceDigests = []; return }
-        let piece = DropboxContentHasher.blockSize
-        pieceDigests = stride(from: 0, to: storage.count, by: piece).map { start in
-            var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
-            _ = SHA256(storage.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, min(piece, storage.count - start), &digest)
-            return digest
-        }
+        digests = Mutex(computeDigests ? Self.hashPieces(UnsafeRawBufferPointer(storage)) : nil)
     }
 
     /// A block holding a copy of `bytes` (tests, small helpers).
-    convenience init(copying bytes: [UInt8], computeDigests: Bool) {
+    convenience init(copying bytes: [UInt8], computeDigests: Bool = false) {
         let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
         bytes.withUnsafeBytes { storage.copyMemory(from: $0) }
         self.init(adopting: storage, computeDigests: computeDigests)
@@ -43,4 +40,24 @@ final class CachedBlock: @unchecked Sendable {
 
     /// A copy of the bytes as an array (tests).
     var bytes: [UInt8] { Array(buffer) }
+
+    /// SHA-256 of the block's 4 MiB piece number `slot` (computed now if it was not yet).
+    func pieceDigest(_ slot: Int) -> [UInt8]? {
+        digests.withLock { digests in
+            if digests == nil { digests = Self.hashPieces(UnsafeRawBufferPointer(storage)) }
+            return slot < digests!.count ? digests![slot] : nil
+        }
+    }
+
+    /// Whether the digests are already there (tests).
+    var hasDigests: Bool { digests.withLock { $0 != nil } }
+
+    private static func hashPieces(_ bytes: UnsafeRawBufferPointer) -> [[UInt8]] {
+        let piece = DropboxContentHasher.blockSize
+        return stride(from: 0, to: bytes.count, by: piece).map { start in
+            var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
+            _ = SHA256(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self) + start, min(piece, bytes.count - start), &digest)
+            return digest
+        }
+    }
 }

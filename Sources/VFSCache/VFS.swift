@@ -175,7 +175,7 @@ public final class VFS: FilesystemOperations, Sendable {
         guard let path = metadata.path(of: ino), let fileID = node.id else { throw .noEntry }
         let keepCache = metadata.noteOpened(ino, rev: file.rev)
         let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
-                                usesPieceDigests: blocks.computesPieceDigests)
+                                usesPieceDigests: blocks.usesPieceDigests)
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.files[handle] = openFile }
         return OpenReply(handle: handle, keepCache: keepCache)
@@ -240,9 +240,8 @@ public final class VFS: FilesystemOperations, Sendable {
             let start = piece * UInt64(DropboxContentHasher.blockSize)
             let index = start / blockSize
             guard index >= firstBlock, index <= lastBlock else { return nil }
-            let digests = blocksRead[Int(index - firstBlock)].pieceDigests
             let slot = Int((start - index * blockSize) / UInt64(DropboxContentHasher.blockSize))
-            return slot < digests.count ? digests[slot] : nil
+            return blocksRead[Int(index - firstBlock)].pieceDigest(slot)
         }
         switch file.verify(offset: offset, pieces, pieceDigest: pieceDigest) {
         case .matched:

@@ -256,6 +256,28 @@ import Testing
         vfs.shutdown()
     }
 
+    @Test func onlySequentialReadersPayForHashing() throws {
+        let remote = InMemoryRemote()
+        let blockSize = 4 << 20
+        let entry = remote.externalWrite("/big", testBytes(2 * blockSize + 1000))
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log) {
+            $0.blockSize = blockSize; $0.memoryCacheBytes = 8 * blockSize; $0.readAheadMaxBytes = 2 * blockSize
+        }
+        let file = try vfs.resolve("/big")
+        func key(_ index: UInt64) -> BlockKey { BlockKey(fileID: entry.id, rev: entry.rev!, index: index) }
+        // A random read (a seek to the last block): fetched, not hashed.
+        let handle = try vfs.open(file, flags: .read).handle
+        _ = try vfs.read(file, handle: handle, offset: UInt64(2 * blockSize + 10), size: 100)
+        vfs.release(file, handle: handle)
+        #expect(vfs.blocks.memory.get(key(2))?.hasDigests == false)
+        // A sequential reader: read-ahead hashes block 1 as it fetches it; the check completes.
+        #expect(try vfs.readAll(file, chunk: 1 << 20) == remote.content("/big"))
+        vfs.waitUntilIdle()
+        #expect(vfs.blocks.memory.get(key(1))?.hasDigests == true)
+        #expect(log.contains("content hash verified"))
+    }
+
     @Test func remoteFailuresAreEIOWithALogLineAndReadsRecover() throws {
         let inner = InMemoryRemote()
         let data = testBytes(100_000)
