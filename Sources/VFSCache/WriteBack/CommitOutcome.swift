@@ -89,7 +89,15 @@ extension WriteBackEngine {
             for job in live { finishLocked(job) }
             return []
         }
-        for job in live { files[job.key]!.record = job.record }
+        for job in live {
+            let dirty = files[job.key]!
+            dirty.record = job.record
+            // Remember what we sent: if the reply is lost, a later conflict may be our own bytes.
+            if let hash = job.record.contentHash, !dirty.sentHashes.contains(hash) {
+                dirty.sentHashes.append(hash)
+                if dirty.sentHashes.count > 8 { dirty.sentHashes.removeFirst() }
+            }
+        }
         return live
     }
 
@@ -115,14 +123,19 @@ extension WriteBackEngine {
             // A commit whose reply was lost may have landed: if the remote now holds exactly our
             // bytes, that is our commit, not a conflict.
             let target = job.record.commitPath ?? job.record.path
-            do {
-                if let current = try remote.metadata(path: target), !current.isFolder,
-                   current.contentHash == job.record.contentHash {
-                    committed(job, current)
-                    return
-                }
-            } catch {
+            let current: RemoteEntry?
+            do { current = try remote.metadata(path: target) } catch {
                 failed(job, error)
+                return
+            }
+            if let current, !current.isFolder, current.contentHash == job.record.contentHash {
+                committed(job, current)
+                return
+            }
+            // Or an earlier version of ours whose reply was lost is what changed the rev: then the
+            // remote is ours, and this version simply replaces it.
+            if let current, !current.isFolder, let hash = current.contentHash, let rev = current.rev,
+               rebaseOnOwnEarlierCommit(job, hash: hash, rev: rev) {
                 return
             }
             conflicted(job, reason: reason)
@@ -182,6 +195,22 @@ extension WriteBackEngine {
             WriteBackLog.debug("committed \(job.record.path) rev \(entry.rev ?? "?")")
             emit(.committed(path: job.record.path, generation: job.record.generation, entry: entry))
         }
+    }
+
+    /// If `hash` is one we sent for this file earlier without hearing the outcome, re-queues the
+    /// job based on `rev` (lock taken here) and returns true.
+    private func rebaseOnOwnEarlierCommit(_ job: UploadJob, hash: String, rev: String) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        guard isCurrent(job), let dirty = files[job.key], var record = dirty.record,
+              dirty.sentHashes.contains(hash), record.base != .revision(rev) else { return false }
+        defer { finishLocked(job) }
+        WriteBackLog.info("\(record.path): an earlier upload of ours landed unseen (rev \(rev)); committing over it")
+        record.base = .revision(rev)
+        record.state = .pending
+        dirty.record = record
+        dirty.notBefore = .distantPast
+        do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
+        return true
     }
 
     private func conflicted(_ job: UploadJob, reason: String) {

@@ -508,6 +508,8 @@ final class DirtyFile {
     var verifyContent = false
     /// A session started while the file was still being written (StreamingUpload.swift).
     var streaming: StreamingUpload?
+    /// Content hashes of our recent commits of this file, for recognising our own lost replies.
+    var sentHashes: [String] = []
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

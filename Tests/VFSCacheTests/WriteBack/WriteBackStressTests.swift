@@ -1,0 +1,84 @@
+/// Random sequences of writes, rewrites, unlinks and renames (done the way the facade will do
+/// them) against a Dropbox that fails often, before and after commits land: once drained, the
+/// account must hold exactly the local state: no lost file, no stale version, no resurrected
+/// file, no conflicted copy.
+import Foundation
+import Synchronization
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized) struct WriteBackStressTests {
+    @Test(arguments: (UInt64(1)...8).map { $0 })
+    func randomOperationsOnAFlakyRemoteConvergeToTheLocalState(seed: UInt64) throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let dice = Dice(seed: seed)
+        let uploadCalls: Set<String> = ["upload", "startSession", "appendSession", "finishBatch"]
+        fixture.probe.failBefore { operation, _ in uploadCalls.contains(operation) && dice.roll(percent: 10) ? .unavailable("test: 503") : nil }
+        fixture.probe.failAfter { operation, _ in uploadCalls.contains(operation) && dice.roll(percent: 10) ? .unavailable("test: reply lost") : nil }
+        let engine = try fixture.engine { $0.gatherDelay = 0.01; $0.maxGatherTime = 0.1 }
+        defer { engine.shutdown(drainUntil: nil) }
+        let memory = fixture.memory
+        let names = ["/a.txt", "/B.txt", "/c.bin", "/d/e.txt", "/d/F.txt", "/g.md"]
+        var model: [String: (path: String, data: [UInt8])] = [:]   // by lowercased path
+        let random = Dice(seed: seed &+ 100)
+
+        for step in 0..<300 {
+            let name = names[random.below(names.count)]
+            let key = name.lowercased()
+            switch random.below(10) {
+            case 0...4:
+                let data = random.below(40) == 0 ? pseudoRandomBytes(9 << 20, seed: UInt64(step)) : bytes("step \(step) seed \(seed)")
+                let base: WriteBase = ((try? memory.metadata(path: name)) ?? nil)?.rev.map { .revision($0) } ?? .newFile
+                let file = try engine.beginWrite(path: model[key]?.path ?? name, base: base)
+                try file.truncate(to: 0)
+                try file.write(at: 0, data)
+                try engine.close(path: model[key]?.path ?? name)
+                model[key] = (model[key]?.path ?? name, data)
+            case 5, 6:
+                guard let existing = model[key] else { continue }
+                try engine.remove(path: existing.path) {
+                    if (try? memory.metadata(path: existing.path)) != nil { memory.externalDelete(existing.path) }
+                }
+                model[key] = nil
+            case 7, 8:
+                guard let existing = model[key] else { continue }
+                let target = names[random.below(names.count)]
+                guard target.lowercased() != key else { continue }
+                try engine.rename(from: existing.path, to: target) { () throws(Errno) -> [String: WriteBase] in
+                    if (try? memory.metadata(path: target)) != nil { memory.externalDelete(target) }
+                    guard (try? memory.metadata(path: existing.path)) != nil else { return [:] }
+                    do throws(RemoteError) {
+                        let moved = try memory.move(from: existing.path, to: target)
+                        return [target: .revision(moved.rev!)]
+                    } catch { throw Errno(error) }
+                }
+                model[target.lowercased()] = (target, existing.data)
+                model[key] = nil
+            default:
+                Thread.sleep(forTimeInterval: Double(random.below(20)) / 1000)
+            }
+        }
+        fixture.probe.failBefore { _, _ in nil }
+        fixture.probe.failAfter { _, _ in nil }
+        let left = engine.waitForAll(deadline: Date().addingTimeInterval(60))
+        #expect(left.isEmpty, "left: \(left)")
+        let remoteFiles = memory.allPaths().filter { memory.content($0) != nil }
+        #expect(remoteFiles == model.keys.sorted(), "seed \(seed)")
+        for (key, entry) in model { #expect(memory.content(key) == entry.data, "\(key), seed \(seed)") }
+        #expect(engine.status().conflicts.isEmpty)
+    }
+}
+
+/// A seeded, thread-safe xorshift generator for reproducible random choices.
+final class Dice: Sendable {
+    private let state: Mutex<UInt64>
+    init(seed: UInt64) { state = Mutex(seed &* 0x9E37_79B9_7F4A_7C15 | 1) }
+    func next() -> UInt64 {
+        state.withLock { value in
+            value ^= value << 13; value ^= value >> 7; value ^= value << 17
+            return value
+        }
+    }
+    func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+    func roll(percent: Int) -> Bool { below(100) < percent }
+}
