@@ -353,3 +353,23 @@ def test_concurrent_append_hash_check_and_finish_rejects_data(plain):
     status, _, body = raw(plain, "files/upload_session/finish", b"", auth({
         "Content-Type": "application/octet-stream", "Dropbox-API-Arg": json.dumps(finish)}))
     assert status == 200 and json.loads(body)["content_hash"] == dropbox_hash(b"abc")
+
+
+def test_upload_over_150_mib_is_payload_too_large(plain):
+    size = 150 * 1024 * 1024 + 1
+    block = b"\0" * (1 << 20)
+
+    def body():
+        sent = 0
+        while sent < size:
+            piece = block[: min(len(block), size - sent)]
+            sent += len(piece)
+            yield piece
+
+    conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=60)
+    conn.request("POST", "/2/files/upload", body=body(), headers=auth({
+        "Content-Type": "application/octet-stream", "Dropbox-API-Arg": '{"path": "/too-big.bin"}',
+        "Content-Length": str(size)}))
+    resp = conn.getresponse()
+    assert resp.status == 409 and json.loads(resp.read())["error"][".tag"] == "payload_too_large"
+    conn.close()
