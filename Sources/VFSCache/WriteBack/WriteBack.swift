@@ -174,30 +174,60 @@ public final class WriteBackEngine: @unchecked Sendable {
     // MARK: Namespace changes
 
     /// Unlink of `path` (or rmdir of a folder holding dirty files): cancels its uploads, waits
-    /// until none is in flight, runs `remoteRemove` (the facade's remote delete, if the file exists
-    /// there) and then forgets the journal rows and staging files. If `remoteRemove` throws, nothing
-    /// is forgotten and the uploads resume.
+    /// until none is in flight, drops the journal rows, runs `remoteRemove` (the facade's remote
+    /// delete, if the file exists there) and then deletes the staging files. If `remoteRemove`
+    /// throws, the rows are restored and the uploads resume. The rows go first so that a crash
+    /// in between can at worst undo the unlink (the remote keeps its old version), never upload
+    /// the removed bytes again.
     public func remove(path: String, whileHeld remoteRemove: () throws(Errno) -> Void) throws(Errno) {
         let key = Self.key(path)
         try holding([key]) { () throws(Errno) in
-            try remoteRemove()
+            condition.lock()
+            let doomed = keysUnder(key).compactMap { key in files[key] }
+            let rows = doomed.compactMap(\.record)
+            do throws(Errno) { try rewriteJournal(deleting: rows.map(\.pathKey), saving: []) } catch { condition.unlock(); throw error }
+            condition.unlock()
+            do throws(Errno) { try remoteRemove() } catch {
+                condition.lock(); defer { condition.unlock() }
+                do { try rewriteJournal(deleting: [], saving: rows) } catch { WriteBackLog.error("cannot restore journal rows: \(error)") }
+                throw error
+            }
             condition.lock(); defer { condition.unlock() }
-            try forget(keysUnder(key))
+            discard(doomed)
         }
     }
 
     /// Rename of a file or folder: cancels uploads under both paths, waits until none is in
-    /// flight, runs `remoteRename` (the facade's remote move, if the source exists there), then
-    /// moves the dirty files to their new paths and re-queues them. A dirty file replaced at `to`
-    /// is forgotten. `remoteRename` returns new bases by new path (e.g. `.revision` of the moved
-    /// file); a dirty file without one keeps its base. Sessions already uploaded are kept.
+    /// flight, moves the journal rows to their new paths, runs `remoteRename` (the facade's remote
+    /// move, if the source exists there), then re-queues the files under their new names. A dirty
+    /// file replaced at `to` is forgotten. `remoteRename` returns new bases by new path (e.g.
+    /// `.revision` of the moved file); a dirty file without one keeps its base. Sessions already
+    /// uploaded are kept. If `remoteRename` throws, everything is put back as it was.
     public func rename(from: String, to: String, whileHeld remoteRename: () throws(Errno) -> [String: WriteBase]) throws(Errno) {
         let fromKey = Self.key(from), toKey = Self.key(to)
         try holding(fromKey == toKey ? [fromKey] : [fromKey, toKey]) { () throws(Errno) in
-            let bases = Dictionary(try remoteRename().map { (Self.key($0.key), $0.value) }, uniquingKeysWith: { $1 })
+            condition.lock()
+            let replaced = fromKey == toKey ? [] : keysUnder(toKey).compactMap { key in files[key] }
+            let moves = keysUnder(fromKey).compactMap { key in files[key] }.map { dirty in
+                PlannedMove(dirty: dirty, newPath: to + dirty.path.dropFirst(from.count))
+            }
+            let oldRows = replaced.compactMap(\.record) + moves.compactMap(\.dirty.record)
+            let newRows = moves.compactMap(\.newRecord)
+            do throws(Errno) { try rewriteJournal(deleting: oldRows.map(\.pathKey), saving: newRows) } catch { condition.unlock(); throw error }
+            condition.unlock()
+            let bases: [String: WriteBase]
+            do throws(Errno) {
+                bases = Dictionary(try remoteRename().map { (Self.key($0.key), $0.value) }, uniquingKeysWith: { $1 })
+            } catch {
+                condition.lock(); defer { condition.unlock() }
+                do { try rewriteJournal(deleting: newRows.map(\.pathKey), saving: oldRows) } catch {
+                    WriteBackLog.error("cannot restore journal rows: \(error)")
+                }
+                throw error
+            }
             condition.lock(); defer { condition.unlock() }
-            if fromKey != toKey { try forget(keysUnder(toKey)) }
-            try move(keysUnder(fromKey), from: from, to: to, bases: bases)
+            discard(replaced)
+            apply(moves, bases: bases)
         }
     }
 
@@ -353,58 +383,53 @@ public final class WriteBackEngine: @unchecked Sendable {
         try body()
     }
 
-    /// Forgets dirty files: journal rows first (durably), then staging files.
-    private func forget(_ keys: [String]) throws(Errno) {
-        guard !keys.isEmpty else { return }
-        let doomed = keys.compactMap { key in files[key].map { (key, $0) } }
+    /// Deletes rows and saves rows in one durable transaction.
+    private func rewriteJournal(deleting keys: [String], saving rows: [UploadRecord]) throws(Errno) {
+        guard !keys.isEmpty || !rows.isEmpty else { return }
         do {
             try journal.database.transaction {
-                for (key, dirty) in doomed {
-                    try journal.delete(pathKey: key)
-                    try journal.forgetChunks(staging: dirty.file.name)
-                }
+                for key in keys { try journal.delete(pathKey: key) }
+                for row in rows { try journal.save(row) }
             }
         } catch let error as SQLiteError { throw Errno(error) } catch { throw Errno.io }
-        for (key, dirty) in doomed {
+    }
+
+    /// Forgets dirty files whose rows are already gone: chunks, staging files, memory.
+    private func discard(_ doomed: [DirtyFile]) {
+        for dirty in doomed {
+            let key = Self.key(dirty.path)
+            try? journal.forgetChunks(staging: dirty.file.name)
             stagingArea.remove(name: dirty.file.name)
-            files[key] = nil
+            if files[key] === dirty { files[key] = nil }
             revisionsAfterCommit[key] = nil
         }
         condition.broadcast()
     }
 
-    private func move(_ keys: [String], from: String, to: String, bases: [String: WriteBase]) throws(Errno) {
-        var moved: [(old: String, new: String, dirty: DirtyFile, record: UploadRecord?)] = []
-        for key in keys {
-            guard let dirty = files[key] else { continue }
-            let newPath = to + dirty.path.dropFirst(from.count)
-            let newKey = Self.key(newPath)
-            var record = dirty.record
-            if record != nil {
-                record!.pathKey = newKey
-                record!.path = newPath
-                record!.commitPath = nil
-                record!.state = .pending
-                record!.lastError = nil
-                if let base = bases[newKey] { record!.base = base }
-            }
-            moved.append((key, newPath, dirty, record))
+    /// Puts moved dirty files under their new keys, with the bases the facade returned.
+    private func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
+        for move in moves {
+            let oldKey = Self.key(move.dirty.path)
+            if files[oldKey] === move.dirty { files[oldKey] = nil }
+            revisionsAfterCommit[oldKey] = nil
         }
-        do {
-            try journal.database.transaction {
-                for item in moved where item.record != nil { try journal.delete(pathKey: item.old) }
-                for item in moved { if let record = item.record { try journal.save(record) } }
+        for move in moves {
+            let newKey = Self.key(move.newPath)
+            let dirty = move.dirty
+            dirty.path = move.newPath
+            dirty.record = move.newRecord
+            dirty.notBefore = .distantPast
+            dirty.hardError = nil
+            dirty.sentHashes = []
+            if let base = bases[newKey] {
+                if dirty.record != nil {
+                    dirty.record!.base = base
+                    do { try journal.save(dirty.record!) } catch { WriteBackLog.error("cannot update the journal for \(move.newPath): \(error)") }
+                } else {
+                    dirty.newBase = base
+                }
             }
-        } catch let error as SQLiteError { throw Errno(error) } catch { throw Errno.io }
-        for item in moved { files[item.old] = nil; revisionsAfterCommit[item.old] = nil }
-        for item in moved {
-            let newKey = Self.key(item.new)
-            item.dirty.path = item.new
-            item.dirty.record = item.record
-            item.dirty.notBefore = .distantPast
-            item.dirty.hardError = nil
-            if let base = bases[newKey], item.record == nil { item.dirty.newBase = base }
-            files[newKey] = item.dirty
+            files[newKey] = dirty
         }
         condition.broadcast()
     }
@@ -542,4 +567,19 @@ struct UploadJob: Sendable {
 enum DropboxChunkRules {
     /// Appends to a concurrent session must be multiples of this, at offsets that are multiples.
     static let blockSize = 4 * 1024 * 1024
+}
+
+/// One dirty file of a rename, with its row as it will be under the new path.
+private struct PlannedMove {
+    let dirty: DirtyFile
+    let newPath: String
+    var newRecord: UploadRecord? {
+        guard var record = dirty.record else { return nil }
+        record.pathKey = WriteBackEngine.key(newPath)
+        record.path = newPath
+        record.commitPath = nil
+        record.state = .pending
+        record.lastError = nil
+        return record
+    }
 }

@@ -258,6 +258,37 @@ import Testing
         #expect(fixture.memory.allPaths() == ["/f.txt"])
     }
 
+    @Test func failedRemoteRemoveOrRenameLeavesEverythingAsItWas() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { _, _ in .unavailable("test: offline") }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/keep/a.txt", bytes("A"))
+        #expect(throws: Errno.io) { try engine.remove(path: "/keep/a.txt") { throw Errno.io } }
+        #expect(throws: Errno.exists) { try engine.rename(from: "/keep", to: "/moved") { throw Errno.exists } }
+        #expect(try fixture.journalRows() == 1)
+        #expect(engine.status().uploads.map(\.path) == ["/keep/a.txt"])
+        fixture.probe.failBefore { _, _ in nil }
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(fixture.memory.content("/keep/a.txt") == bytes("A"))
+        #expect(fixture.memory.content("/moved/a.txt") == nil)
+    }
+
+    @Test func folderRenameMovesEveryDirtyFileUnderIt() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { _, _ in .unavailable("test: offline") }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/Src/one.c", bytes("1"))
+        try fixture.put(engine, "/Src/lib/two.c", bytes("2"))
+        try fixture.put(engine, "/Srcfile", bytes("not under /Src"))
+        try engine.rename(from: "/Src", to: "/Dst") { [:] }
+        fixture.probe.failBefore { _, _ in nil }
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(fixture.memory.content("/dst/one.c") == bytes("1"))
+        #expect(fixture.memory.content("/dst/lib/two.c") == bytes("2"))
+        #expect(fixture.memory.content("/srcfile") == bytes("not under /Src"))
+        #expect(fixture.memory.content("/src/one.c") == nil)
+    }
+
     @Test func statusShowsPendingFilesAndProgress() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.closeGate("finishBatch")
