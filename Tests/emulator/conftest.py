@@ -1,45 +1,22 @@
 """Fixtures for the emulator suite: one TLS emulator per session, driven by the official SDK.
 
-The Python SDK reads its host names from the environment once, when `dropbox` is imported, and
-always speaks https. So at import time this file makes a throwaway certificate with the
-openssl CLI, picks a free port, and points DROPBOX_API_HOST / _CONTENT_HOST / _NOTIFY_HOST /
-DROPBOX_WEB_HOST at 127.0.0.1:PORT. requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override
-`ca_certs` (both are set on these machines), so they are pointed at the test certificate too.
+The certificate, the port and the SDK host variables come from `emulator_suite` (imported
+before `dropbox`). requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override `ca_certs` (both
+are set on these machines), so every test in this folder runs with them pointed at the test
+certificate; they are restored afterwards, so other suites in the same pytest run are untouched.
 """
 
 import os
 import shutil
-import socket
-import sys
-import tempfile
 import uuid
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+from emulator_suite import APP_KEY, CERT, KEY, PORT, WORK_DIR  # noqa: F401  (sets the SDK hosts first)
 
-from emulator import Emulator, make_certificate  # noqa: E402
+from emulator import Emulator  # noqa: E402
 
-APP_KEY = "test-app-key"
-WORK_DIR = tempfile.mkdtemp(prefix="emu-suite-")
-CERT, KEY = make_certificate(WORK_DIR)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-PORT = _free_port()
-HOST = f"127.0.0.1:{PORT}"
-for var in ("DROPBOX_API_HOST", "DROPBOX_API_CONTENT_HOST", "DROPBOX_API_NOTIFY_HOST", "DROPBOX_WEB_HOST"):
-    os.environ[var] = HOST
-os.environ["REQUESTS_CA_BUNDLE"] = CERT
-os.environ["CURL_CA_BUNDLE"] = CERT
-
-import dropbox  # noqa: E402  (must come after the environment is set)
+import dropbox  # noqa: E402  (must come after emulator_suite)
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +27,12 @@ def emu():
     yield emulator
     emulator.stop()
     shutil.rmtree(WORK_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def test_ca_bundle(monkeypatch):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", CERT)
+    monkeypatch.setenv("CURL_CA_BUNDLE", CERT)
 
 
 @pytest.fixture(autouse=True)

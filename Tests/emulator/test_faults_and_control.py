@@ -10,7 +10,7 @@ import dropbox
 import pytest
 from dropbox.exceptions import ApiError, InternalServerError, RateLimitError
 
-from conftest import CERT
+from emulator_suite import CERT
 
 
 def tls_connection(emu):

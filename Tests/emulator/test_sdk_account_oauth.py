@@ -10,7 +10,7 @@ import pytest
 import requests
 from dropbox.exceptions import AuthError
 
-from conftest import APP_KEY, CERT
+from emulator_suite import APP_KEY, CERT
 
 
 def approve(url, **extra):

@@ -1,6 +1,5 @@
 """Conformance of metadata, listing, download, upload, delete, move and copy, through the SDK."""
 
-import hashlib
 import re
 import time
 
@@ -8,15 +7,10 @@ import pytest
 from dropbox import files
 from dropbox.exceptions import ApiError, BadInputError
 
+from emulator_suite import dropbox_hash
+
 HEX_REV = re.compile(r"^[0-9a-f]{9,}$")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-
-
-def dropbox_hash(data):
-    """Independent content hash: SHA-256 of the concatenated SHA-256s of 4 MiB blocks."""
-    block = 4 * 1024 * 1024
-    digests = b"".join(hashlib.sha256(data[i:i + block]).digest() for i in range(0, len(data), block))
-    return hashlib.sha256(digests).hexdigest()
 
 
 def write_error_of(err):

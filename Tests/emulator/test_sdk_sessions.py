@@ -7,7 +7,7 @@ import pytest
 from dropbox import files
 from dropbox.exceptions import ApiError
 
-from test_sdk_files import dropbox_hash
+from emulator_suite import dropbox_hash
 
 MIB = 1024 * 1024
 BLOCK = 4 * MIB

@@ -1,0 +1,45 @@
+"""Shared set-up of the emulator suite, under a module name no other suite uses.
+
+(pytest imports every folder's conftest.py as the module `conftest`, so when the project's test
+command runs several suites in one process, `from conftest import ...` picks up whichever
+conftest was loaded last. Anything the tests import lives here instead.)
+
+At import: a throwaway certificate made with the openssl CLI, a free port, and the SDK's host
+variables. The Python SDK reads DROPBOX_API_HOST / _CONTENT_HOST / _NOTIFY_HOST /
+DROPBOX_WEB_HOST once, when `dropbox` is first imported, and always speaks https, so this
+module must be imported before `dropbox` (conftest.py does that).
+"""
+
+import hashlib
+import os
+import socket
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+
+from emulator import make_certificate  # noqa: E402
+
+APP_KEY = "test-app-key"
+WORK_DIR = tempfile.mkdtemp(prefix="emu-suite-")
+CERT, KEY = make_certificate(WORK_DIR)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORT = _free_port()
+HOST = f"127.0.0.1:{PORT}"
+for var in ("DROPBOX_API_HOST", "DROPBOX_API_CONTENT_HOST", "DROPBOX_API_NOTIFY_HOST", "DROPBOX_WEB_HOST"):
+    os.environ[var] = HOST
+
+
+def dropbox_hash(data):
+    """Independent content hash: SHA-256 of the concatenated SHA-256s of 4 MiB blocks."""
+    block = 4 * 1024 * 1024
+    digests = b"".join(hashlib.sha256(data[i:i + block]).digest() for i in range(0, len(data), block))
+    return hashlib.sha256(digests).hexdigest()
