@@ -263,8 +263,8 @@ import Testing
         fixture.probe.failBefore { _, _ in .unavailable("test: offline") }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
         try fixture.put(engine, "/keep/a.txt", bytes("A"))
-        #expect(throws: Errno.io) { try engine.remove(path: "/keep/a.txt") { throw Errno.io } }
-        #expect(throws: Errno.exists) { try engine.rename(from: "/keep", to: "/moved") { throw Errno.exists } }
+        #expect(throws: Errno.io) { try engine.remove(path: "/keep/a.txt") { () throws(Errno) in throw Errno.io } }
+        #expect(throws: Errno.exists) { try engine.rename(from: "/keep", to: "/moved") { () throws(Errno) -> [String: WriteBase] in throw Errno.exists } }
         #expect(try fixture.journalRows() == 1)
         #expect(engine.status().uploads.map(\.path) == ["/keep/a.txt"])
         fixture.probe.failBefore { _, _ in nil }
