@@ -14,6 +14,7 @@ import ssl
 import struct
 import sys
 import time
+import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -245,6 +246,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         except (ConnectionError, ssl.SSLError, TimeoutError):
             self.close_connection = True
+        except Exception:
+            # An emulator bug: say so loudly in the log, answer 500 if nothing was sent yet.
+            traceback.print_exc(file=sys.stderr)
+            self.close_connection = True
+            try:
+                self.send_text(500, "Internal Server Error (emulator bug, see its stderr)")
+            except (OSError, ValueError):
+                pass
 
     def send_response_object(self, resp):
         self.send_bytes(resp.status, resp.body, resp.content_type, resp.headers)
