@@ -127,10 +127,13 @@ public final class WriteBackEngine: @unchecked Sendable {
         // The fsync runs without the lock, so uploads and other closes go on meanwhile.
         condition.lock()
         let file = files[key]?.file
+        let firstClose = files[key]?.record == nil
         condition.unlock()
         guard let file else { throw Errno.badFile }
         let size = try file.size()
         try file.sync()
+        // A new staging file's name must survive a power cut too, not only its bytes.
+        if firstClose { stagingArea.syncDirectory() }
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[key], dirty.file === file else { throw Errno.badFile }
         guard !dead else { throw Errno.io }
@@ -232,6 +235,13 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     // MARK: Waiting
+
+    /// The hard failure of the latest upload attempt of `path`, if any: for flush to report
+    /// (ENOSPC for insufficient space) while the file stays journaled and is retried.
+    public func failure(path: String) -> RemoteError? {
+        condition.lock(); defer { condition.unlock() }
+        return files[Self.key(path)]?.hardError
+    }
 
     /// For fsync: returns once `generation` of `path` (or a later one) is committed, or the file
     /// was removed; throws if the latest attempt failed hard, or at the timeout.

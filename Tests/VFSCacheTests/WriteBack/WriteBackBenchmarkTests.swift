@@ -12,7 +12,7 @@ struct WriteBackBenchmarkTests {
     @Test func burstOfSmallFiles() throws {
         for delay in [0.02, 0.05, 0.15, 0.3] {
             let fixture = WriteBackFixture(); defer { fixture.remove() }
-            let engine = try fixture.engine { $0.gatherDelay = delay }
+            let engine = try fixture.engine { $0.gatherDelay = delay; $0.maxGatherTime = WriteBackConfiguration().maxGatherTime }
             let start = Date()
             var closeTimes: [Double] = []
             for index in 0..<1000 {
