@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import Mount, mounted_at
+from mount_support import Mount, mounted_at
 
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount, mounted_at
+from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount, mounted_at
 
 BLOCK = 4 << 20
 
