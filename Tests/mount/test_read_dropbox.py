@@ -160,9 +160,10 @@ def test_read_survives_injected_5xx_and_resets(dbxfs_binary, emulator, seed_tree
             for rel in ["Docs/Deep/Deeper/leaf.bin", "Docs/notes.txt", "file.txt"]:
                 with open(mnt / rel, "rb") as f:
                     assert f.read() == (seed_tree / rel).read_bytes(), rel
+            # The whole 64 MiB file: ~16 block downloads plus metadata calls, so the chance that
+            # no fault at all was injected is below 1e-3 and the last assertion is meaningful.
             with open(mnt / "large.bin", "rb") as f:
-                f.seek(20 << 20)
-                assert f.read(12 << 20) == (seed_tree / "large.bin").read_bytes()[20 << 20:32 << 20]
+                assert hashlib.sha256(f.read()).digest() == hashlib.sha256((seed_tree / "large.bin").read_bytes()).digest()
             after = emulator.stats()["faults"]
             assert after["fail"] + after["reset"] > before["fail"] + before["reset"]  # faults did happen
         finally:
