@@ -94,7 +94,7 @@ final class BlockStore: Sendable {
     /// Returns the buffer, fully written; the caller owns it.
     private func download(_ request: BlockRequest) throws(Errno) -> UnsafeMutableRawBufferPointer {
         let length = request.length
-        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 16)
+        let storage = CachedBlock.allocateStorage(byteCount: length)
         var failure: RemoteError?
         var received = 0
         do throws(RemoteError) {
@@ -116,7 +116,7 @@ final class BlockStore: Sendable {
             cause = "the server sent \(received) of \(length) bytes"
         }
         guard let cause else { return storage }
-        storage.deallocate()
+        CachedBlock.releaseStorage(storage)
         // Logged by `block(_:)` for readers; background read-ahead failures only at debug level.
         log.debug("download of \(request.path) block \(request.key.index) failed: \(cause)")
         failures.withLock { causes in

@@ -11,6 +11,9 @@
 import CCrypto
 import ContentHash
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 final class CachedBlock: @unchecked Sendable {
     // @unchecked: `storage` is filled before `init` and never written afterwards (freed in
@@ -18,7 +21,24 @@ final class CachedBlock: @unchecked Sendable {
     private let storage: UnsafeMutableRawBufferPointer
     private let digests: Mutex<[[UInt8]]?>
 
-    /// Takes ownership of `storage` (allocated with `allocate(byteCount:)`, fully initialized).
+    /// Memory for a block's bytes, mapped straight from the kernel rather than taken from malloc:
+    /// glibc serves freed multi-megabyte chunks again from its per-thread arenas and rarely gives
+    /// them back, which made the daemon's RSS grow far past the cache budget. An unmapped block is
+    /// returned to the system at once. Release it with `releaseStorage` unless a block adopts it.
+    static func allocateStorage(byteCount: Int) -> UnsafeMutableRawBufferPointer {
+        guard byteCount > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
+        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let address, address != MAP_FAILED else {
+            fatalError("cannot map \(byteCount) bytes for a cache block: \(String(cString: strerror(errno)))")
+        }
+        return UnsafeMutableRawBufferPointer(start: address, count: byteCount)
+    }
+
+    static func releaseStorage(_ storage: UnsafeMutableRawBufferPointer) {
+        if let base = storage.baseAddress { munmap(base, storage.count) }
+    }
+
+    /// Takes ownership of `storage` (from `allocateStorage`, fully initialized).
     init(adopting storage: UnsafeMutableRawBufferPointer, computeDigests: Bool) {
         self.storage = storage
         digests = Mutex(computeDigests ? Self.hashPieces(UnsafeRawBufferPointer(storage)) : nil)
@@ -26,12 +46,12 @@ final class CachedBlock: @unchecked Sendable {
 
     /// A block holding a copy of `bytes` (tests, small helpers).
     convenience init(copying bytes: [UInt8], computeDigests: Bool = false) {
-        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
-        bytes.withUnsafeBytes { storage.copyMemory(from: $0) }
+        let storage = Self.allocateStorage(byteCount: bytes.count)
+        bytes.withUnsafeBytes { if !$0.isEmpty { storage.copyMemory(from: $0) } }
         self.init(adopting: storage, computeDigests: computeDigests)
     }
 
-    deinit { storage.deallocate() }
+    deinit { Self.releaseStorage(storage) }
 
     var count: Int { storage.count }
 

@@ -84,7 +84,8 @@ final class DiskBlockCache: @unchecked Sendable {
 
     // MARK: Operations
 
-    /// The block's bytes if cached with exactly `length` bytes, in a buffer the caller then owns.
+    /// The block's bytes if cached with exactly `length` bytes, in a buffer the caller then owns
+    /// (from `CachedBlock.allocateStorage`).
     func read(_ key: BlockKey, length: Int) -> UnsafeMutableRawBufferPointer? {
         lock.lock()
         let known = index.touch(key)
@@ -94,7 +95,7 @@ final class DiskBlockCache: @unchecked Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { forget(key); return nil }
         defer { close(fd) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 16)
+        let buffer = CachedBlock.allocateStorage(byteCount: length)
         var done = 0
         while done < length {
             let got = Glibc.read(fd, buffer.baseAddress! + done, length - done)
@@ -105,7 +106,7 @@ final class DiskBlockCache: @unchecked Sendable {
         // One more byte available means the file is longer than expected: not this block.
         var extra: UInt8 = 0
         guard done == length && Glibc.read(fd, &extra, 1) == 0 else {
-            buffer.deallocate()
+            CachedBlock.releaseStorage(buffer)
             log.warning("disk cache: dropping \(path): unexpected length")
             forget(key)
             try? FileManager.default.removeItem(atPath: path)

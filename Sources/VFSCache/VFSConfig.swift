@@ -59,7 +59,7 @@ public struct VFSConfig: Sendable {
     public var readTimeout: Double = 120
     /// Bytes of finished blocks allowed to wait for the disk writer; past this, blocks are not
     /// written to disk (the cache is best effort, the reader never waits for it).
-    public var diskWriteQueueBytes: Int = 256 << 20
+    public var diskWriteQueueBytes: Int = 128 << 20
 
     // MARK: Misc
 

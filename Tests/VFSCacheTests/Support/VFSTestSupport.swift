@@ -99,7 +99,7 @@ extension DiskBlockCache {
     func write(_ key: BlockKey, _ bytes: [UInt8]) { bytes.withUnsafeBytes { write(key, $0) } }
     func readArray(_ key: BlockKey, length: Int) -> [UInt8]? {
         guard let buffer = read(key, length: length) else { return nil }
-        defer { buffer.deallocate() }
+        defer { CachedBlock.releaseStorage(buffer) }
         return Array(buffer)
     }
 }
