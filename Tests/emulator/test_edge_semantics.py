@@ -373,3 +373,44 @@ def test_upload_over_150_mib_is_payload_too_large(plain):
     resp = conn.getresponse()
     assert resp.status == 409 and json.loads(resp.read())["error"][".tag"] == "payload_too_large"
     conn.close()
+
+
+def test_longpolls_and_writers_together_do_not_deadlock(plain):
+    """Many longpolls re-checking while many writers commit: everything must finish."""
+    import threading
+    plain.config(longpoll_max_wait=0.2)
+    cursor = plain.api("files/list_folder/get_latest_cursor", {"path": "", "recursive": True})["cursor"]
+    stop = threading.Event()
+    errors = []
+
+    def poller():
+        conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=20)
+        try:
+            while not stop.is_set():
+                status, _, _ = raw(plain, "files/list_folder/longpoll", json.dumps({"cursor": cursor}).encode(),
+                                   {"Content-Type": "application/json"}, conn=conn)
+                assert status == 200
+        except Exception as exc:
+            errors.append(exc)
+
+    def writer(n):
+        try:
+            for i in range(40):
+                plain.upload(f"/stress/w{n}/{i}.txt", b"x" * i)
+        except Exception as exc:
+            errors.append(exc)
+
+    pollers = [threading.Thread(target=poller) for _ in range(8)]
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    try:
+        for t in pollers + writers:
+            t.start()
+        for t in writers:
+            t.join(60)
+        assert not any(t.is_alive() for t in writers), "writers stuck"
+    finally:
+        stop.set()
+        for t in pollers:
+            t.join(30)
+        plain.config(longpoll_max_wait=0)
+    assert errors == [] and not any(t.is_alive() for t in pollers)

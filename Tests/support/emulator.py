@@ -23,8 +23,9 @@ Stable interface (other suites import this; change it only by adding):
 
 `api` raises `EmulatorError(status, body)` for any non-2xx answer (body is the parsed JSON when
 the answer is JSON, else text). `start()` waits for the "listening on" line; `stop()` sends
-SIGTERM, then SIGKILL after 5 s, and is also registered with atexit, so the process never
-outlives the test run. The emulator's stderr goes to `<data_dir>/../emulator-<port>.log`
+SIGTERM, then SIGKILL after 5 s, and is also registered with atexit; and the emulator gets
+SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG), so it never outlives the test
+run, even one that is killed. Start it from a thread that lives as long as you need it. The emulator's stderr goes to `<data_dir>/../emulator-<port>.log`
 when `log_dir` is not given.
 """
 
@@ -42,6 +43,19 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EMULATOR = os.path.join(ROOT, "scripts", "dbx-emulator")
+
+
+def _die_with_parent():
+    """In the child: get SIGKILL when the process (thread) that started us dies, so an emulator
+    never outlives a test run that was itself killed (atexit does not run on SIGKILL/SIGTERM).
+    Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class EmulatorError(Exception):
@@ -101,7 +115,7 @@ class Emulator:
         cmd += self.extra_args
         log_dir = self.log_dir or os.path.dirname(self.data_dir)
         self._log = open(os.path.join(log_dir, f"emulator-{os.getpid()}-{id(self)}.log"), "ab")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         line = self._read_first_line(timeout=self.start_timeout)
         if not line.startswith("listening on "):

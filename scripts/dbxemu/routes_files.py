@@ -240,16 +240,20 @@ def longpoll(call):
     cap = call.app.settings["longpoll_max_wait"]
     deadline = time.monotonic() + (min(timeout, cap) if cap else timeout)
     changes = cursor.phase != CHANGES
-    with store.changed:
-        while not changes:
-            with store.lock:
-                if store.epoch != cursor.epoch:
-                    raise RouteError({".tag": "reset"})
-                changes = store.has_changes(cursor.path_lower, cursor.recursive, cursor.position)
-            remaining = deadline - time.monotonic()
-            if changes or remaining <= 0:
-                break
-            store.changed.wait(remaining)
+    while not changes:
+        with store.changed:
+            generation = store.change_generation
+        # Never hold `changed` while taking `lock` (writers take them in the other order).
+        with store.lock:
+            if store.epoch != cursor.epoch:
+                raise RouteError({".tag": "reset"})
+            changes = store.has_changes(cursor.path_lower, cursor.recursive, cursor.position)
+        remaining = deadline - time.monotonic()
+        if changes or remaining <= 0:
+            break
+        with store.changed:
+            if store.change_generation == generation:
+                store.changed.wait(remaining)
     result = {"changes": changes}
     backoff = call.app.settings["longpoll_backoff"]
     if backoff:

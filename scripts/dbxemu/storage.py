@@ -114,6 +114,7 @@ class Store:
         self._write_depth = 0
         # Notified after every committed change; list_folder/longpoll waits on it.
         self.changed = threading.Condition()
+        self.change_generation = 0
         self.db = sqlite3.connect(os.path.join(self.data_dir, "meta.sqlite3"),
                                   check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
@@ -150,8 +151,12 @@ class Store:
         return value
 
     def close(self):
-        with self.lock:
-            self.db.close()
+        # A request thread stuck inside the lock must not keep the process from exiting.
+        if self.lock.acquire(timeout=5):
+            try:
+                self.db.close()
+            finally:
+                self.lock.release()
 
     # ----- transactions -----
     @contextmanager
@@ -180,7 +185,10 @@ class Store:
             finally:
                 self._write_depth = 0
         if self.seq != seq_before:
+            # Lock order is always `lock` then `changed` (a route may still hold `lock` here), so
+            # waiters must never take `lock` while holding `changed`: see routes_files.longpoll.
             with self.changed:
+                self.change_generation += 1
                 self.changed.notify_all()
 
     def next_seq(self):
