@@ -414,3 +414,18 @@ def test_longpolls_and_writers_together_do_not_deadlock(plain):
             t.join(30)
         plain.config(longpoll_max_wait=0)
     assert errors == [] and not any(t.is_alive() for t in pollers)
+
+
+def test_upload_session_survives_restart(plain):
+    first, second = os.urandom(5 * 1024 * 1024 + 3), os.urandom(1234)
+    octet = {"Content-Type": "application/octet-stream"}
+    status, _, body = raw(plain, "files/upload_session/start", first, auth({**octet, "Dropbox-API-Arg": "{}"}))
+    sid = json.loads(body)["session_id"]
+    port = plain.port
+    plain.stop()
+    plain.port = port
+    plain.start()
+    arg = {"cursor": {"session_id": sid, "offset": len(first)}, "commit": {"path": "/restarted.bin"}}
+    status, _, body = raw(plain, "files/upload_session/finish", second, auth({**octet, "Dropbox-API-Arg": json.dumps(arg)}))
+    assert status == 200 and json.loads(body)["content_hash"] == dropbox_hash(first + second)
+    assert plain.download("/restarted.bin") == first + second
