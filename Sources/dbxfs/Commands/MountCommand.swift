@@ -59,7 +59,7 @@ enum MountCommand {
         }
 
         let filesystem = FuseFilesystem(operations: backend.operations, readDirectoryPlus: options.readDirectoryPlus,
-                                        log: logger)
+                                        maxReadAhead: UInt32(clamping: options.kernelReadAheadKiB * 1024), log: logger)
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
@@ -69,6 +69,7 @@ enum MountCommand {
             backend.shutdown()
             return fail(error.description)
         }
+        // Before the loop starts: the kernel applies INIT's answer on top of this window.
         KernelReadAhead.set(kib: options.kernelReadAheadKiB, mountpoint: mountpoint, logger: logger)
         if let reporter {
             reporter.succeeded()

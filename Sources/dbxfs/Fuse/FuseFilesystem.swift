@@ -18,14 +18,18 @@ final class FuseFilesystem: Sendable {
     let preferredIOSize: Int
     /// Offer readdirplus to the kernel (hidden `--no-readdirplus` turns it off, for measuring).
     let readDirectoryPlus: Bool
+    /// Read-ahead to answer in INIT (bytes). The kernel keeps the smaller of this and the mount's
+    /// current window, which `KernelReadAhead` raises before the loop processes INIT.
+    let maxReadAhead: UInt32
     let log: Logger
 
     init(operations: any FilesystemOperations, maxRequestSize: UInt32 = 1 << 20,
-         maxBackground: UInt32 = 64, readDirectoryPlus: Bool = true, log: Logger) {
+         maxBackground: UInt32 = 64, readDirectoryPlus: Bool = true, maxReadAhead: UInt32 = 1 << 20, log: Logger) {
         self.operations = operations
         self.maxRequestSize = maxRequestSize
         self.maxBackground = maxBackground
         self.readDirectoryPlus = readDirectoryPlus
+        self.maxReadAhead = maxReadAhead
         self.preferredIOSize = Int(maxRequestSize)
         self.log = log
     }

@@ -37,6 +37,9 @@ enum SessionOperations {
             conn.pointee.max_write = fs.maxRequestSize
             // 0 = no limit of our own: the kernel then sends up to max_pages per read.
             conn.pointee.max_read = 0
+            // The kernel offered its default window (128 KiB); answering more only counts if the
+            // mount's window was raised before INIT (KernelReadAhead), since it keeps the minimum.
+            conn.pointee.max_readahead = max(conn.pointee.max_readahead, fs.maxReadAhead)
             conn.pointee.max_background = fs.maxBackground
             conn.pointee.congestion_threshold = fs.maxBackground * 3 / 4
             fs.log.debug("fuse init: proto \(conn.pointee.proto_major).\(conn.pointee.proto_minor), "

@@ -6,6 +6,10 @@
 /// 2.4–2.7 GB/s at 128 KiB, 3.2–3.5 GB/s at 1 MiB. Only root may write the sysfs file; for other
 /// users this is a logged no-op (gcsfuse documents the same knob for its users).
 ///
+/// Order matters: the kernel sets the window again when it gets our INIT reply, to the smaller of
+/// the current window and INIT's `max_readahead`. So this runs after `fuse_session_mount` but
+/// before the loop answers INIT, and init answers the same size (SessionOperations).
+///
 /// The device number comes from /proc/self/mountinfo, not from stat(2) on the mountpoint: the
 /// FUSE loop is not running yet, and a stat would wait for our own GETATTR forever.
 import Foundation
