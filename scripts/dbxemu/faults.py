@@ -86,7 +86,7 @@ class Stats:
 
 
 class RateLimiter:
-    """A token bucket holding one second's worth of requests."""
+    """A token bucket holding one second's worth of requests (at least one request)."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -100,7 +100,7 @@ class RateLimiter:
             return True
         with self._lock:
             now = time.monotonic()
-            self._tokens = min(rate, self._tokens + (now - self._last) * rate)
+            self._tokens = min(max(rate, 1.0), self._tokens + (now - self._last) * rate)
             self._last = now
             if self._tokens >= 1:
                 self._tokens -= 1
