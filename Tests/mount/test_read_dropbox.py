@@ -248,3 +248,22 @@ def test_network_down_gives_prompt_eio_then_recovers(dbxfs_binary, tmp_path):
                 assert f.read() == data
     finally:
         emu.stop()
+
+
+def test_root_option_mounts_a_subfolder(dbxfs_binary, emulator, seed_tree, tmp_path):
+    """--root (given in another case than Dropbox stores it) becomes the mount's root: paths go
+    out prefixed and come back stripped, in listings, lookups and downloads."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with Mount(dbxfs_binary, mnt, dropbox_args(emulator, tmp_path / "cache", "--root", "/docs/"), env=dropbox_env()):
+        assert sorted(os.listdir(mnt)) == sorted(os.listdir(seed_tree / "Docs"))
+        assert (mnt / "Deep/Deeper/leaf.bin").read_bytes() == (seed_tree / "Docs/Deep/Deeper/leaf.bin").read_bytes()
+        assert (mnt / "REPORT.md").read_text() == (seed_tree / "Docs/Report.md").read_text()
+        assert not (mnt / "file.txt").exists()  # outside the root
+    not_a_folder = run_dbxfs(dbxfs_binary, *dropbox_args(emulator, tmp_path / "cache2", "--root", "/file.txt"),
+                             str(mnt), env=dropbox_env())
+    assert not_a_folder.returncode == 1 and "is a file, not a folder" in not_a_folder.stderr
+    missing = run_dbxfs(dbxfs_binary, *dropbox_args(emulator, tmp_path / "cache3", "--root", "/Nope"),
+                        str(mnt), env=dropbox_env())
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert not mounted_at(mnt)
