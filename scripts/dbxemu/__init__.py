@@ -11,6 +11,7 @@ Entry point: `scripts/dbx-emulator` (see docs/EMULATOR.md). Modules, one concept
   routes_files         files/* metadata, listing, longpoll, download, upload, delete, move, copy
   routes_upload_sessions  files/upload_session/*
   routes_account       users/* and auth/token/revoke
+  app          the shared state (store, settings, counters, tokens) and the route table
   http_server  the HTTP/1.1 server: body reading, dispatch, faults, TLS, control endpoint
   main         the command line
 """
