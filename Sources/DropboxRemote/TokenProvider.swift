@@ -35,6 +35,8 @@ public final class TokenProvider: @unchecked Sendable {
     private let persist: (@Sendable (OAuthToken) -> Void)?
     private let condition = NSCondition()
     private var token: OAuthToken
+    /// When `token` arrived: with `expiresAt` it gives the token's lifetime.
+    private var receivedAt = Date()
     private var refreshing = false
 
     public init(token: OAuthToken, appKey: String? = nil, appSecret: String? = nil, refreshMargin: TimeInterval = 60,
@@ -55,11 +57,16 @@ public final class TokenProvider: @unchecked Sendable {
 
     public var canRefresh: Bool { current.refreshToken != nil && appKey != nil }
 
-    /// True when the token is known to expire within the margin and can be refreshed.
+    /// True when the token is known to expire within the margin and can be refreshed. The margin
+    /// is at most a quarter of the token's lifetime, so short-lived tokens (tests, gateways) are
+    /// not refreshed before every call.
     func needsProactiveRefresh(now: Date = Date()) -> Bool {
-        let t = current
+        condition.lock()
+        let (t, received) = (token, receivedAt)
+        condition.unlock()
         guard let expiry = t.expiresAt, t.refreshToken != nil, appKey != nil else { return false }
-        return expiry.timeIntervalSince(now) < refreshMargin
+        let margin = min(refreshMargin, max(0, expiry.timeIntervalSince(received)) / 4)
+        return expiry.timeIntervalSince(now) < margin
     }
 
     /// Returns a token newer than `stale`, refreshing through `refresher` if nobody else has yet.
@@ -87,7 +94,7 @@ public final class TokenProvider: @unchecked Sendable {
 
         if case .success(var fresh) = result {
             if fresh.refreshToken == nil { fresh.refreshToken = refreshToken }
-            condition.lock(); token = fresh; condition.unlock()
+            condition.lock(); token = fresh; receivedAt = Date(); condition.unlock()
             persist?(fresh)
         }
         condition.lock()

@@ -54,6 +54,9 @@ import Testing
     @Test func proactiveRefreshOnlyNearExpiry() {
         let soon = TokenProvider(token: OAuthToken(accessToken: "a", refreshToken: "r", expiresAt: Date().addingTimeInterval(30)), appKey: "k")
         let later = TokenProvider(token: OAuthToken(accessToken: "a", refreshToken: "r", expiresAt: Date().addingTimeInterval(3600)), appKey: "k")
-        #expect(soon.needsProactiveRefresh() && !later.needsProactiveRefresh())
+        #expect(!later.needsProactiveRefresh() && later.needsProactiveRefresh(now: Date().addingTimeInterval(3570)))
+        // A 30 s token: the margin shrinks to a quarter of its life (7.5 s), not the default 60 s.
+        #expect(!soon.needsProactiveRefresh() && soon.needsProactiveRefresh(now: Date().addingTimeInterval(25)))
+        #expect(!soon.needsProactiveRefresh(now: Date().addingTimeInterval(20)))
     }
 }
