@@ -7,7 +7,9 @@ import ContentHash
 import Foundation
 import Synchronization
 
-final class BlockStore: Sendable {
+final class BlockStore: @unchecked Sendable {
+    // @unchecked: `pendingDiskBytes` is only touched with `diskQueue` locked; the rest is immutable
+    // or Sendable.
     let memory: MemoryBlockCache
     let disk: DiskBlockCache?
     private let flights = SingleFlight<BlockKey, CachedBlock>()
@@ -17,8 +19,10 @@ final class BlockStore: Sendable {
     let usesPieceDigests: Bool
     private let readAheadPool: WorkerPool
     private let diskWriter: WorkerPool
-    /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`).
-    private let pendingDiskBytes = Atomic<Int>(0)
+    /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`),
+    /// under `diskQueue`.
+    private let diskQueue = NSCondition()
+    private var pendingDiskBytes = 0
     private let remote: any RemoteStore
     private let config: VFSConfig
     private let log: Logger
@@ -31,7 +35,7 @@ final class BlockStore: Sendable {
         memory = MemoryBlockCache(budget: config.memoryCacheBytes)
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
-        diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 1)
+        diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 2)
     }
 
     /// The block, waiting for a fetch already under way if there is one. Failures are EIO, with
@@ -40,7 +44,7 @@ final class BlockStore: Sendable {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request, eagerDigests: false) }
+            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request, background: false) }
         } catch {
             let cause = error == .timedOut
                 ? "not fetched within \(config.readTimeout) s"
@@ -55,7 +59,7 @@ final class BlockStore: Sendable {
         if memory.contains(request.key) || flights.isRunning(request.key) { return }
         readAheadPool.submit { [self] in
             // Read-ahead only serves sequential readers, whose reads get checked: hash here, in parallel.
-            flights.runIfIdle(request.key) { () throws(Errno) in try load(request, eagerDigests: usesPieceDigests) }
+            flights.runIfIdle(request.key) { () throws(Errno) in try load(request, background: true) }
         }
     }
 
@@ -77,7 +81,8 @@ final class BlockStore: Sendable {
         diskWriter.stop()
     }
 
-    private func load(_ request: BlockRequest, eagerDigests: Bool) throws(Errno) -> CachedBlock {
+    private func load(_ request: BlockRequest, background: Bool) throws(Errno) -> CachedBlock {
+        let eagerDigests = background && usesPieceDigests
         if let block = memory.get(request.key) { return block }   // fetched while we queued
         if let disk, let storage = disk.read(request.key, length: request.length) {
             let block = CachedBlock(adopting: storage, computeDigests: eagerDigests)
@@ -86,7 +91,7 @@ final class BlockStore: Sendable {
         }
         let block = CachedBlock(adopting: try download(request), computeDigests: eagerDigests)
         memory.put(request.key, block)
-        scheduleDiskWrite(request.key, block)
+        scheduleDiskWrite(request.key, block, mayWait: background)
         return block
     }
 
@@ -126,18 +131,35 @@ final class BlockStore: Sendable {
         throw .io
     }
 
-    private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock) {
+    /// Hands the block to the disk writer. When more than `diskWriteQueueBytes` already wait:
+    /// a read-ahead thread (`mayWait`) waits for room, up to a few seconds, so a fast sequential
+    /// read still leaves the whole file in the disk cache; a reader's own fetch never waits and
+    /// skips the disk instead.
+    private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock, mayWait: Bool) {
         guard let disk else { return }
         let size = block.count
-        let pending = pendingDiskBytes.add(size, ordering: .relaxed).newValue
-        guard pending <= config.diskWriteQueueBytes else {
-            pendingDiskBytes.subtract(size, ordering: .relaxed)
-            return
+        let deadline = Date(timeIntervalSinceNow: 5)
+        diskQueue.lock()
+        while pendingDiskBytes + size > config.diskWriteQueueBytes && pendingDiskBytes > 0 {
+            guard mayWait, diskQueue.wait(until: deadline) else {
+                diskQueue.unlock()
+                log.debug("disk cache: writer busy, block \(key) not written")
+                return
+            }
         }
+        pendingDiskBytes += size
+        diskQueue.unlock()
         let submitted = diskWriter.submit { [self] in
             disk.write(key, block.buffer)   // `block` is captured, so its bytes stay alive
-            pendingDiskBytes.subtract(size, ordering: .relaxed)
+            releaseDiskBytes(size)
         }
-        if !submitted { pendingDiskBytes.subtract(size, ordering: .relaxed) }
+        if !submitted { releaseDiskBytes(size) }
+    }
+
+    private func releaseDiskBytes(_ size: Int) {
+        diskQueue.lock()
+        pendingDiskBytes -= size
+        diskQueue.broadcast()
+        diskQueue.unlock()
     }
 }

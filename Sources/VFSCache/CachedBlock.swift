@@ -27,7 +27,7 @@ final class CachedBlock: @unchecked Sendable {
     /// returned to the system at once. Release it with `releaseStorage` unless a block adopts it.
     static func allocateStorage(byteCount: Int) -> UnsafeMutableRawBufferPointer {
         guard byteCount > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
-        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
         guard let address, address != MAP_FAILED else {
             fatalError("cannot map \(byteCount) bytes for a cache block: \(String(cString: strerror(errno)))")
         }

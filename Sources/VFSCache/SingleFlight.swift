@@ -64,7 +64,11 @@ final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         flight.done.lock()
         defer { flight.done.unlock() }
         while flight.result == nil {
-            if !flight.done.wait(until: deadline) && flight.result == nil { throw .timedOut }
+            if deadline == .distantFuture {
+                flight.done.wait()   // Foundation on Linux traps converting distantFuture to a timespec
+            } else if !flight.done.wait(until: deadline) && flight.result == nil {
+                throw .timedOut
+            }
         }
         return try flight.result!.get()
     }

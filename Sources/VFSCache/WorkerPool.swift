@@ -6,7 +6,9 @@ import Foundation
 final class WorkerPool: @unchecked Sendable {
     // @unchecked: `queue`, `head`, `busy` and `stopped` are only touched with `condition` locked.
     private let condition = NSCondition()
-    private var queue: [@Sendable () -> Void] = []
+    /// Jobs; taken ones are set to nil at once, so nothing they capture (a 4 MiB block for the
+    /// disk writer) outlives its run while it waits for the array to be compacted.
+    private var queue: [(@Sendable () -> Void)?] = []
     private var head = 0
     private var busy = 0
     private var stopped = false
@@ -51,15 +53,17 @@ final class WorkerPool: @unchecked Sendable {
                 condition.unlock()
                 return
             }
-            let job = queue[head]
+            var job = queue[head]
+            queue[head] = nil
             head += 1
-            if head > 1024 && head * 2 > queue.count {   // compact the consumed prefix
+            if head >= 64 && head * 2 > queue.count {   // drop the consumed prefix now and then
                 queue.removeFirst(head)
                 head = 0
             }
             busy += 1
             condition.unlock()
-            job()
+            job?()
+            job = nil   // let go of what it captured before reporting idle
             condition.lock()
             busy -= 1
             condition.broadcast()
