@@ -26,6 +26,7 @@ let package = Package(
         .target(name: "DropboxRemote", dependencies: ["CCurlShim", "ContentHash"]),
         .target(name: "VFSCache", dependencies: ["CSQLite", "CCrypto", "ContentHash"]),
         .executableTarget(name: "dbxfs", dependencies: ["CFuse", "DropboxRemote", "VFSCache"]),
+        .executableTarget(name: "dbxfs-client-bench", dependencies: ["DropboxRemote"]),
 
         .testTarget(name: "ContentHashTests", dependencies: ["ContentHash"]),
         .testTarget(name: "DropboxRemoteTests", dependencies: ["DropboxRemote"]),
