@@ -1,4 +1,4 @@
-/// A JSON value as a Sendable enum, plus the two encodings the Dropbox API needs: plain JSON for
+/// A JSON value as a Sendable enum (parsed by JSONParser.swift), plus the two encodings the Dropbox API needs: plain JSON for
 /// request bodies and "HTTP-header safe" JSON (every non-ASCII character and DEL as `\uXXXX`)
 /// for the `Dropbox-API-Arg` header. Stone's unions and structs are decoded from this tree by
 /// hand (see Models.swift), because their encoding (`.tag` plus inlined or nested fields) does not
@@ -18,7 +18,7 @@ public enum JSON: Sendable, Equatable {
 
     /// Parses a complete JSON document (any value at the top level, including `null`).
     public static func parse(_ data: Data) throws -> JSON {
-        try JSONDecoder().decode(JSON.self, from: data)
+        try JSONParser.parse(data)
     }
 
     // MARK: Accessors (nil when the shape differs)

@@ -38,3 +38,28 @@ import Testing
         #expect(JSON.object([".tag": "update", "update": "abc"]).tag == "update")
     }
 }
+
+@Suite struct JSONParserTests {
+    @Test func escapesAndSurrogatePairs() throws {
+        let text = #"{"a":"x\"y\\z\/\n\t\u00e9\ud83d\ude00","b":[],"c":{},"d":-12,"e":1e3,"f":-0.5}"#
+        let json = try JSON.parse(Data(text.utf8))
+        #expect(json["a"] == "x\"y\\z/\n\té😀")
+        #expect(json["b"] == .array([]) && json["c"] == .object([:]))
+        #expect(json["d"] == .int(-12) && json["e"] == .double(1000) && json["f"] == .double(-0.5))
+        #expect(try JSON.parse(Data("  null ".utf8)) == .null)
+        #expect(try JSON.parse(Data("\"raw ünïcode\"".utf8)) == "raw ünïcode")
+    }
+
+    @Test func malformedDocumentsAreRejected() {
+        for bad in ["", "{", "[1,]", "{\"a\" 1}", "tru", "\"\\ud83d\"", "\"a\u{01}\"", "1 2", "{\"a\":1,}", "-"] {
+            #expect(throws: (any Error).self, "\(bad)") { try JSON.parse(Data(bad.utf8)) }
+        }
+    }
+
+    @Test func timestampsMatchFoundation() throws {
+        for text in ["2015-05-12T15:50:38Z", "2000-02-29T00:00:00Z", "1970-01-01T00:00:00Z", "2038-01-19T03:14:08Z", "2026-12-31T23:59:59Z"] {
+            #expect(DropboxTimestamp.parse(text) == (try Date(text, strategy: .iso8601)), "\(text)")
+        }
+        #expect(DropboxTimestamp.parse("2015-13-12T15:50:38Z") == nil)
+    }
+}
