@@ -12,7 +12,12 @@ final class BlockStore: @unchecked Sendable {
     // or Sendable.
     let memory: MemoryBlockCache
     let disk: DiskBlockCache?
-    private let flights = SingleFlight<BlockKey, CachedBlock>()
+    /// Fetches under way, keyed by block and purge epoch: a fetch that began before a purge is
+    /// never joined after it, and does not put what it read back into the caches.
+    private struct FlightKey: Hashable, Sendable { var block: BlockKey; var epoch: Int }
+    private let flights = SingleFlight<FlightKey, CachedBlock>()
+    /// Bumped by every purge.
+    private let purgeEpoch = Atomic<Int>(0)
     /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
     private let failures = Mutex<[BlockKey: String]>([:])
     /// Whether the content-hash check uses the blocks' 4 MiB piece digests (see `CachedBlock`).
@@ -44,7 +49,10 @@ final class BlockStore: @unchecked Sendable {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            return try flights.run(request.key, deadline: deadline) { () throws(Errno) in try load(request, background: false) }
+            let epoch = purgeEpoch.load(ordering: .acquiring)
+            return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
+                try load(request, background: false, epoch: epoch)
+            }
         } catch {
             let cause = error == .timedOut
                 ? "not fetched within \(config.readTimeout) s"
@@ -56,15 +64,18 @@ final class BlockStore: @unchecked Sendable {
 
     /// Starts fetching the block in the background unless it is cached or already on its way.
     func prefetch(_ request: BlockRequest) {
-        if memory.contains(request.key) || flights.isRunning(request.key) { return }
+        let epoch = purgeEpoch.load(ordering: .acquiring)
+        let key = FlightKey(block: request.key, epoch: epoch)
+        if memory.contains(request.key) || flights.isRunning(key) { return }
         readAheadPool.submit { [self] in
             // Read-ahead only serves sequential readers, whose reads get checked: hash here, in parallel.
-            flights.runIfIdle(request.key) { () throws(Errno) in try load(request, background: true) }
+            flights.runIfIdle(key) { () throws(Errno) in try load(request, background: true, epoch: epoch) }
         }
     }
 
     /// Drops every cached block of one revision of a file (memory and disk).
     func purge(fileID: String, rev: String) {
+        purgeEpoch.add(1, ordering: .releasing)
         memory.purge(fileID: fileID, rev: rev)
         diskWriter.waitUntilIdle()   // a queued write must not resurrect a purged block
         disk?.purge(fileID: fileID, rev: rev)
@@ -81,17 +92,22 @@ final class BlockStore: @unchecked Sendable {
         diskWriter.stop()
     }
 
-    private func load(_ request: BlockRequest, background: Bool) throws(Errno) -> CachedBlock {
+    private func load(_ request: BlockRequest, background: Bool, epoch: Int) throws(Errno) -> CachedBlock {
         let eagerDigests = background && usesPieceDigests
+        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
+        // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
+        if background && !current() { throw Errno(ECANCELED) }
         if let block = memory.get(request.key) { return block }   // fetched while we queued
         if let disk, let storage = disk.read(request.key, length: request.length) {
             let block = CachedBlock(adopting: storage, computeDigests: eagerDigests)
-            memory.put(request.key, block)
+            if current() { memory.put(request.key, block) }
             return block
         }
         let block = CachedBlock(adopting: try download(request), computeDigests: eagerDigests)
-        memory.put(request.key, block)
-        scheduleDiskWrite(request.key, block, mayWait: background)
+        if current() {
+            memory.put(request.key, block)
+            scheduleDiskWrite(request.key, block, mayWait: background)
+        }
         return block
     }
 

@@ -12,6 +12,10 @@
 /// - A tree over the cap is listed folder by folder (non-recursive list_folder + continue),
 ///   each folder refreshed on its own after `directoryTTL`.
 /// - A listing that fails while an older one is cached serves the older one, with a warning.
+/// - A name missing from a listing is ENOENT at no cost for `negativeTTL`. Past that, one refresh
+///   of the listing answers every missing name at once (a delta call when the whole tree is held,
+///   else one listing of a small folder); in a folder of more than one listing page, one
+///   metadata call confirms that name alone, and its answer is cached for `negativeTTL`.
 ///
 /// Concurrency: one lock (`lock`) guards the table and the tree state, held only for in-memory
 /// work, never across a remote call. Listings of one folder (and the whole-tree listing) run
@@ -78,23 +82,53 @@ final class MetadataCache: @unchecked Sendable {
     func lookup(parent: InodeNumber, name: String) throws(Errno) -> Node {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
         try ensureListed(parent)
+        switch try find(name, in: parent) {
+        case .found(let node):
+            return node
+        case .absent:
+            throw .noEntry
+        case .stale(let parentPath, let relist):
+            if relist {
+                // One refresh answers every missing name at once (a delta call when the whole
+                // tree is held, else one listing of a small folder).
+                try ensureListed(parent, maxAge: config.negativeTTL)
+                if case .found(let node) = try find(name, in: parent, trustingListing: true) { return node }
+                throw .noEntry
+            }
+            return try confirm(name, in: parent, parentPath: parentPath)
+        }
+    }
+
+    private enum Found {
+        case found(Node)
+        case absent
+        /// Absent from a listing older than `negativeTTL`: confirm by relisting, or by one
+        /// metadata call in a folder too big to relist for one name.
+        case stale(parentPath: String, relist: Bool)
+    }
+
+    /// The child, with one more lookup reference; or why it is absent.
+    private func find(_ name: String, in parent: InodeNumber, trustingListing: Bool = false) throws(Errno) -> Found {
         let key = InodeTable.key(name)
         let now = clock.now()
         lock.lock()
-        guard let dir = table[parent] else { lock.unlock(); throw .noEntry }
+        defer { lock.unlock() }
+        guard let dir = table[parent] else { throw .noEntry }
         if let child = dir.children[key] {
             table.addLookup(child)
-            let node = table[child]!
-            lock.unlock()
-            return node
+            return .found(table[child]!)
         }
-        // Absent from the listing. Trust that for `negativeTTL`, then ask once more.
         let listedRecently = lastListed(dir).map { now - $0 < config.negativeTTL } ?? false
         let knownAbsent = dir.negatives[key].map { now - $0 < config.negativeTTL } ?? false
-        let parentPath = table.path(of: parent)
-        lock.unlock()
-        guard !listedRecently, !knownAbsent, let parentPath else { throw .noEntry }
+        guard !trustingListing, !listedRecently, !knownAbsent, let parentPath = table.path(of: parent) else { return .absent }
+        var heldWhole = false
+        if case .recursive = tree { heldWhole = true }
+        return .stale(parentPath: parentPath, relist: heldWhole || dir.children.count <= config.listPageSize)
+    }
 
+    /// One metadata call for one name; its answer is cached (a negative one for `negativeTTL`).
+    private func confirm(_ name: String, in parent: InodeNumber, parentPath: String) throws(Errno) -> Node {
+        let now = clock.now()
         let entry: RemoteEntry?
         do throws(RemoteError) {
             entry = try remote.metadata(path: parentPath + "/" + name)
@@ -106,7 +140,7 @@ final class MetadataCache: @unchecked Sendable {
         }
         return try locked { table throws(Errno) -> Node in
             guard let entry else {
-                table.setNegative(key, in: parent, at: now)
+                table.setNegative(InodeTable.key(name), in: parent, at: now)
                 throw .noEntry
             }
             guard let ino = table.upsert(entry, under: parent, generation: 0) else { throw .noEntry }
@@ -196,8 +230,9 @@ final class MetadataCache: @unchecked Sendable {
         return times.max()
     }
 
-    /// Makes sure `dir`'s listing is no older than `directoryTTL`.
-    func ensureListed(_ dir: InodeNumber) throws(Errno) {
+    /// Makes sure `dir`'s listing is no older than `maxAge` (default `directoryTTL`).
+    func ensureListed(_ dir: InodeNumber, maxAge: Double? = nil) throws(Errno) {
+        let maxAge = maxAge ?? config.directoryTTL
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         for attempt in 0..<3 {
             let now = clock.now()
@@ -205,7 +240,7 @@ final class MetadataCache: @unchecked Sendable {
             guard let node = table[dir] else { lock.unlock(); throw .noEntry }
             guard node.isDirectory else { lock.unlock(); throw .notDirectory }
             let listed = lastListed(node)
-            if let listed, now - listed < config.directoryTTL { lock.unlock(); return }
+            if let listed, now - listed < maxAge { lock.unlock(); return }
             guard let path = table.path(of: dir) else { lock.unlock(); throw .noEntry }
             let state = tree
             lock.unlock()

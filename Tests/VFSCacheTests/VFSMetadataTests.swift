@@ -39,17 +39,41 @@ import Testing
         clock.advance(4)
         #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "late.txt") }
         #expect(remote.calls("metadata") + remote.calls("listFolder") + remote.calls("listFolderContinue") == 0)
-        // Past it (the listing itself is still fresh): one metadata call finds the file.
+        // Past it (the listing itself is still fresh): one delta call on the tree finds the file...
         clock.advance(2)
         let found = try vfs.lookup(parent: rootInode, name: "LATE.txt")
         #expect(found.attributes.size == 1)
-        #expect(remote.calls("metadata") == 1)
-        // A name confirmed absent by that call is cached for the TTL too.
-        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
-        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
-        #expect(remote.calls("metadata") == 2)
+        #expect(remote.calls("listFolderContinue") == 1)
+        // ...and answers every other missing name for another negative TTL.
+        for name in ["x", "y", "z"] { #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: name) } }
+        #expect(remote.calls("listFolderContinue") == 1)
         clock.advance(6)
-        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "nothing") }
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: rootInode, name: "x") }
+        #expect(remote.calls("listFolderContinue") == 2)
+        #expect(remote.calls("metadata") == 0)
+    }
+
+    @Test func missingNamesInABigFolderAreConfirmedOneByOne() throws {
+        let remote = InMemoryRemote()
+        for name in ["a", "b", "c"] { remote.externalWrite("/dir/\(name)", "1") }
+        let clock = ManualClock()
+        // Per-folder listing, and pages of 2 make /dir "big": relisting it for one name costs more
+        // than asking for that name.
+        let vfs = try makeVFS(remote, clock: clock) {
+            $0.recursivePrefetchMaxEntries = 0; $0.listPageSize = 2; $0.negativeTTL = 5
+        }
+        let dir = try vfs.resolve("/dir")
+        #expect(try vfs.list(dir).count == 5)
+        remote.externalWrite("/dir/late", "2")
+        clock.advance(6)
+        remote.resetCounts()
+        #expect(try vfs.lookup(parent: dir, name: "LATE").attributes.size == 1)
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: dir, name: "nothing") }
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: dir, name: "nothing") }
+        #expect(remote.calls("metadata") == 2)
+        #expect(remote.calls("listFolder") + remote.calls("listFolderContinue") == 0)
+        clock.advance(6)
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: dir, name: "nothing") }
         #expect(remote.calls("metadata") == 3)
     }
 
