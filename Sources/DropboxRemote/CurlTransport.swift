@@ -210,13 +210,30 @@ private final class TransferState {
         if fileDescriptor >= 0 { close(fileDescriptor); fileDescriptor = -1 }
     }
 
+    /// One header line, parsed on bytes (no Foundation string bridging: this runs for every
+    /// header of every call and showed up in the get_metadata latency profile).
     func header(_ line: UnsafeRawBufferPointer) {
-        let text = String(decoding: line, as: UTF8.self)
-        if text.hasPrefix("HTTP/") { headers.removeAll(); statusIsSuccess = nil; return }
-        guard let colon = text.firstIndex(of: ":") else { return }
-        let name = text[..<colon].lowercased()
-        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
-        headers[name] = value
+        let bytes = line.bindMemory(to: UInt8.self)
+        if bytes.count >= 5, bytes[0] == UInt8(ascii: "H"), bytes[1] == UInt8(ascii: "T"), bytes[2] == UInt8(ascii: "T"),
+           bytes[3] == UInt8(ascii: "P"), bytes[4] == UInt8(ascii: "/") {
+            headers.removeAll(keepingCapacity: true)   // a new response (after 100 Continue or a redirect)
+            statusIsSuccess = nil
+            return
+        }
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")) else { return }
+        func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0D || b == 0x0A }
+        var start = colon + 1, end = bytes.count
+        while start < end, isSpace(bytes[start]) { start += 1 }
+        while end > start, isSpace(bytes[end - 1]) { end -= 1 }
+        // Header names are ASCII; lowercase them byte by byte.
+        let name = String(unsafeUninitializedCapacity: colon) { buffer in
+            for i in 0..<colon {
+                let b = bytes[i]
+                buffer[i] = (b >= 0x41 && b <= 0x5A) ? b + 0x20 : b
+            }
+            return colon
+        }
+        headers[name] = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
     }
 
     func receive(_ buffer: UnsafeRawBufferPointer) -> Int {
