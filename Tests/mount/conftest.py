@@ -25,15 +25,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def dbxfs_binary():
-    """The dbxfs executable: $DBXFS_BIN, or the package's debug build (built if missing)."""
+    """The dbxfs executable: $DBXFS_BIN, or the package's debug build. The build runs every time
+    (a no-op when up to date, as after scripts/test's own build), so a stale binary is never tested."""
     if os.environ.get("DBXFS_BIN"):
         return os.environ["DBXFS_BIN"]
+    subprocess.run(["swift", "build", "--product", "dbxfs"], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
     bin_path = subprocess.run(["swift", "build", "--show-bin-path"], cwd=REPO, check=True,
                               capture_output=True, text=True).stdout.strip()
-    binary = Path(bin_path) / "dbxfs"
-    if not binary.exists():
-        subprocess.run(["swift", "build", "--product", "dbxfs"], cwd=REPO, check=True)
-    return str(binary)
+    return str(Path(bin_path) / "dbxfs")
 
 
 @pytest.fixture(scope="session")
