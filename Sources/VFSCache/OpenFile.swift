@@ -31,9 +31,13 @@ final class OpenFile: @unchecked Sendable {
         }
     }
 
-    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy) -> Range<UInt64>? {
+    /// The byte range to fetch ahead after this read, and where a sequential read was expected
+    /// when this one is a seek (nil otherwise).
+    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy) -> (ahead: Range<UInt64>?, seekFrom: UInt64?) {
         lock.lock(); defer { lock.unlock() }
-        return readAhead.observe(offset: offset, length: length, policy: policy)
+        let expected = readAhead.expectedOffset
+        let ahead = readAhead.observe(offset: offset, length: length, policy: policy)
+        return (ahead, readAhead.lastWasSeek ? expected : nil)
     }
 
     /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the

@@ -18,6 +18,8 @@ struct ReadAhead {
     private(set) var window: Int = 0
     /// Everything before this offset has already been asked for.
     private(set) var scheduledEnd: UInt64 = 0
+    /// Whether the last read observed was a seek (for debug logging).
+    private(set) var lastWasSeek = false
 
     /// Records a read of `length` bytes at `offset` and returns the byte range to fetch ahead,
     /// if any. A read after a seek never fetches ahead by itself. Reads count as sequential when they start within one block of where the last one
@@ -26,6 +28,7 @@ struct ReadAhead {
         let end = offset + UInt64(length)
         let slack = UInt64(policy.blockSize)
         let sequential = offset + slack >= expectedOffset && offset <= expectedOffset + slack
+        lastWasSeek = !sequential
         if sequential {
             sequentialBytes += UInt64(length)
             expectedOffset = max(expectedOffset, end)

@@ -208,7 +208,11 @@ public final class VFS: FilesystemOperations, Sendable {
 
         // Read-ahead first, so its downloads overlap with this read's own.
         let policy = ReadAhead.Policy(blockSize: config.blockSize, threshold: config.prefetchThreshold, maxWindow: config.readAheadMaxBytes)
-        if let ahead = file.observe(offset: offset, length: Int(end - offset), policy: policy), ahead.lowerBound < file.size {
+        let observed = file.observe(offset: offset, length: Int(end - offset), policy: policy)
+        if let expected = observed.seekFrom {
+            logger.debug("read of \(file.path): seek to \(offset) (sequential would be \(expected)), read-ahead reset")
+        }
+        if let ahead = observed.ahead, ahead.lowerBound < file.size {
             let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
             let to = (min(ahead.upperBound, file.size) - 1) / blockSize
             if from <= to {
