@@ -135,7 +135,7 @@ func pseudoRandomBytes(count: Int, seed: UInt64) -> Data {
 /// Writes `count` pseudo-random bytes to a new temporary file, 8 MiB at a time.
 func temporaryFile(count: Int, seed: UInt64) throws -> URL {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("dbxfs-client-\(UUID().uuidString).bin")
-    FileManager.default.createFile(atPath: url.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: url.path, contents: nil)
     let handle = try FileHandle(forWritingTo: url)
     defer { try? handle.close() }
     var written = 0
