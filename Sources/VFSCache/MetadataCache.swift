@@ -23,8 +23,9 @@
 import Foundation
 
 final class MetadataCache: @unchecked Sendable {
-    // @unchecked: `table` and `tree` are only touched with `lock` held.
-    private enum TreeState {
+    // @unchecked: `table`, `tree` and `watched` are only touched with `lock` held.
+    // Not private: the change watcher's extension (MetadataCache+Changes.swift) applies feeds under the same lock.
+    enum TreeState {
         /// Nothing listed recursively yet.
         case unknown
         /// The whole tree is known, complete as of `refreshedAt`; `cursor` gives the delta since.
@@ -36,9 +37,12 @@ final class MetadataCache: @unchecked Sendable {
     /// Key of the whole-tree listing in `listings` (no folder has inode 0).
     private static let wholeTree: InodeNumber = 0
 
-    private let lock = NSLock()
-    private var table = InodeTable()
-    private var tree: TreeState = .unknown
+    let lock = NSLock()
+    var table = InodeTable()
+    var tree: TreeState = .unknown
+    /// True while the change watcher is connected and applying the feed: the held tree is then
+    /// current (to within the feed's delay), so no TTL refresh is needed.
+    var watched = false
     private let listings = SingleFlight<InodeNumber, Void>()
 
     private let remote: any RemoteStore
@@ -226,7 +230,7 @@ final class MetadataCache: @unchecked Sendable {
     private func lastListed(_ dir: Node) -> Double? {
         var times: [Double] = []
         if let listed = dir.listedAt { times.append(listed) }
-        if case .recursive(_, let at) = tree, dir.isAttached { times.append(at) }
+        if case .recursive(_, let at) = tree, dir.isAttached { times.append(watched ? .infinity : at) }
         return times.max()
     }
 
