@@ -8,8 +8,9 @@
 import Foundation
 
 struct InodeTable {
-    private(set) var nodes: [InodeNumber: Node] = [:]
-    private var nextIno: InodeNumber = rootInode + 1
+    // Internal (not private) so the write side (InodeTable+Write.swift) can add local nodes.
+    var nodes: [InodeNumber: Node] = [:]
+    var nextIno: InodeNumber = rootInode + 1
     /// Bumped by every complete listing, for mark-and-sweep.
     private var currentGeneration: UInt64 = 0
 
@@ -62,6 +63,14 @@ struct InodeTable {
         let key = Self.key(entry.name)
         let kind = Node.Kind(entry)
         if let existing = nodes[parent]?.children[key] {
+            if var node = nodes[existing], node.local == .dirty {
+                // Local bytes win until their commit event: keep our size and times.
+                node.name = entry.name
+                if !entry.isFolder { node.id = entry.id }
+                node.generation = max(node.generation, generation)
+                nodes[existing] = node
+                return existing
+            }
             if var node = nodes[existing], node.isDirectory == entry.isFolder {
                 node.name = entry.name
                 node.kind = kind
@@ -95,6 +104,8 @@ struct InodeTable {
             return upsert(entry, under: parent, generation: generation)
         case .deleted(_, let pathDisplay):
             guard !pathDisplay.isEmpty, let ino = resolve(path: pathDisplay) else { return nil }
+            // A file with local changes stays: its upload will bring it back.
+            guard nodes[ino]?.local != .dirty else { return nil }
             detach(ino)
             return nil
         }

@@ -57,7 +57,8 @@ final class MetadataCache: @unchecked Sendable {
         self.log = log
     }
 
-    private func locked<T, E: Error>(_ body: (inout InodeTable) throws(E) -> T) throws(E) -> T {
+    /// Runs `body` with the table locked (also used by the write side, MetadataCache+Write.swift).
+    func locked<T, E: Error>(_ body: (inout InodeTable) throws(E) -> T) throws(E) -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body(&table)

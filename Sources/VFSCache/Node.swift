@@ -1,9 +1,9 @@
 /// `Node`: one file or folder as the cache knows it, identified by its inode number. The tree
 /// links nodes by parent inode and lowercased child name (`InodeTable` owns them).
 ///
-/// `local` is the seam for the write side: today every node mirrors the server (`.remote`); a
-/// node whose content lives in a staging file, or that does not exist on the server yet, will get
-/// its own case, and listings must never sweep such nodes away.
+/// `local` says where a node's truth lives: `.remote` nodes mirror the server; `.dirty` files
+/// (written through the mount, upload pending) keep their local size and times, and listings
+/// never sweep them away.
 import Foundation
 
 struct Node: Sendable {
@@ -24,6 +24,9 @@ struct Node: Sendable {
     enum LocalState: Sendable, Equatable {
         /// Mirrors the server; listings may update or remove it.
         case remote
+        /// Written through the mount and not yet committed (its bytes live in a staging file):
+        /// listings may update its id and name but never its size or rev, and never remove it.
+        case dirty
     }
 
     let ino: InodeNumber
