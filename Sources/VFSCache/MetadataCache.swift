@@ -45,10 +45,10 @@ final class MetadataCache: @unchecked Sendable {
     var watched = false
     private let listings = SingleFlight<InodeNumber, Void>()
 
-    private let remote: any RemoteStore
-    private let config: VFSConfig
-    private let clock: TimeSource
-    private let log: Logger
+    let remote: any RemoteStore
+    let config: VFSConfig
+    let clock: TimeSource
+    let log: Logger
 
     init(remote: any RemoteStore, config: VFSConfig, clock: TimeSource, log: Logger) {
         self.remote = remote

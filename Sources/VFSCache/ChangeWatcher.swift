@@ -1,0 +1,288 @@
+/// `ChangeWatcher`: keeps the mount in step with Dropbox. On its own thread it holds a cursor
+/// for the whole tree under the mount root, long-polls on it, reads the changes (all pages),
+/// applies them to the metadata cache, drops cached blocks of revs that changed, tells the
+/// kernel what to forget (through a `CacheInvalidationSink`, from this thread, never from a FUSE
+/// request), and saves each batch with its cursor in the `MetadataStore`.
+///
+/// Where the cursor comes from, in order: a tree loaded from the store (the delta since its
+/// saved cursor is applied first, one call); the tree's own recursive listing (made at once if
+/// nothing is held yet); or, for a tree too big to hold whole, get_latest_cursor.
+///
+/// Failures: a `reset` cursor leads to one recursive relisting (or, in a per-folder tree, to
+/// every folder being relisted on its next access), not one call per folder. Any other failure
+/// (network down, server failing) marks the mount offline, and the watcher retries with
+/// exponential backoff (1 s to 30 s), resuming from the same cursor, so it catches up with
+/// everything that happened in between.
+///
+/// `stop()` returns at once: a long-poll in flight is abandoned (its answer is ignored), and
+/// nothing is applied or saved after `stop()` returns.
+import Foundation
+import Synchronization
+
+public final class ChangeWatcher: Sendable {
+    public struct Options: Sendable {
+        /// Seconds each long-poll may wait (Dropbox accepts 30–480).
+        public var longpollTimeout: Int = 30
+        /// First retry delay after a failure; doubles up to `maxRetryDelay`.
+        public var retryDelay: Double = 1
+        public var maxRetryDelay: Double = 30
+        public init(longpollTimeout: Int = 30, retryDelay: Double = 1, maxRetryDelay: Double = 30) {
+            self.longpollTimeout = min(max(longpollTimeout, 30), 480)
+            self.retryDelay = retryDelay
+            self.maxRetryDelay = maxRetryDelay
+        }
+    }
+
+    /// Counters for status and tests.
+    public struct Statistics: Sendable, Equatable {
+        public var batches = 0
+        public var changesApplied = 0
+        public var invalidations = 0
+        public var relists = 0
+    }
+
+    private struct State {
+        var cursor: String?
+        /// The tree came from the store: apply the delta since its cursor before long-polling.
+        var needsCatchUp = false
+        var started = false
+        var stopping = false
+        var statistics = Statistics()
+        var offlineReason: String?
+    }
+
+    private let vfs: VFS
+    private let remote: any RemoteStore
+    private let sink: any CacheInvalidationSink
+    private let store: MetadataStore?
+    private let options: Options
+    private let log: Logger
+    private let state = Mutex(State())
+    /// Held while a batch is applied and saved, so `stop()` can wait for the one in progress.
+    private let applying = Mutex(())
+    private let wakeUp = DispatchSemaphore(value: 0)
+    private let offlineFlag = Atomic<Bool>(false)
+
+    public init(vfs: VFS, remote: any RemoteStore, sink: any CacheInvalidationSink, store: MetadataStore?,
+                options: Options = Options()) {
+        self.vfs = vfs
+        self.remote = remote
+        self.sink = sink
+        self.store = store
+        self.options = options
+        self.log = vfs.logger
+    }
+
+    /// True while Dropbox cannot be reached (or refuses us).
+    public var isOffline: Bool { offlineFlag.load(ordering: .relaxed) }
+    public var offlineReason: String? { state.withLock { $0.offlineReason } }
+    public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Loads the persisted tree into the cache, before the mount serves anything. Returns the
+    /// number of entries loaded (0: nothing usable was saved).
+    @discardableResult
+    public func loadPersistedTree() -> Int {
+        guard let store else { return 0 }
+        do {
+            guard let cursor = try store.cursor() else { return 0 }
+            let entries = try store.loadEntries()
+            vfs.metadata.importTree(entries, cursor: cursor)
+            state.withLock { $0.cursor = cursor; $0.needsCatchUp = true }
+            return entries.count
+        } catch {
+            log.warning("cannot read the saved metadata in \(store.path): \(error); starting without it")
+            return 0
+        }
+    }
+
+    /// Starts the watcher thread (once).
+    public func start() {
+        let first = state.withLock { state -> Bool in
+            defer { state.started = true }
+            return !state.started && !state.stopping
+        }
+        guard first else { return }
+        let thread = Thread { [self] in run() }
+        thread.name = "dbxfs-changes"
+        thread.start()
+    }
+
+    /// Stops the watcher; returns once no batch is being applied and none will be.
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        wakeUp.signal()
+        applying.withLock { _ in }
+        vfs.metadata.setWatched(false)
+    }
+
+    private var stopping: Bool { state.withLock { $0.stopping } }
+
+    // MARK: The loop
+
+    private func run() {
+        var delay = options.retryDelay
+        while !stopping {
+            do throws(RemoteError) {
+                try step()
+                delay = options.retryDelay
+            } catch {
+                if stopping { return }
+                // The tree stays "watched": offline, the cached tree is the best answer, and
+                // trying Dropbox on every TTL expiry would only make each lookup wait. The
+                // feed catches up from the same cursor once Dropbox answers again.
+                setOffline("\(error)")
+                sleep(delay)
+                delay = min(delay * 2, options.maxRetryDelay)
+            }
+        }
+    }
+
+    /// One round: connect if needed, then either catch up or long-poll (and catch up).
+    /// Internal so tests can drive the watcher without its thread.
+    func step() throws(RemoteError) {
+        let (cursor, catchUp) = state.withLock { ($0.cursor, $0.needsCatchUp) }
+        guard let cursor else {
+            try connect()
+            return
+        }
+        if catchUp {
+            try readChanges(from: cursor)
+            state.withLock { $0.needsCatchUp = false }
+            setOnline()
+            return
+        }
+        let answer = try remote.longpoll(cursor: cursor, timeout: options.longpollTimeout)
+        if stopping { return }
+        setOnline()
+        if answer.changes { try readChanges(from: cursor) }
+        if let backoff = answer.backoff, backoff > 0 { sleep(Double(backoff)) }
+    }
+
+    /// Gets a cursor: the tree's own (listing it first if nothing is held), else a latest cursor.
+    private func connect() throws(RemoteError) {
+        let metadata = vfs.metadata
+        if !metadata.holdsWholeTree {
+            do throws(Errno) {
+                try metadata.ensureListed(rootInode)
+            } catch {
+                throw .unavailable("listing the mount root failed (\(error))")
+            }
+        }
+        let cursor: String
+        if metadata.holdsWholeTree, let treeCursor = metadata.treeCursor {
+            cursor = treeCursor
+            persistSnapshot()
+        } else {
+            cursor = try remote.latestCursor(path: "", recursive: true)
+        }
+        state.withLock { $0.cursor = cursor }
+        setOnline()
+    }
+
+    /// Reads every page since `cursor` and applies each; a reset cursor leads to one relisting.
+    private func readChanges(from cursor: String) throws(RemoteError) {
+        var next = cursor
+        do throws(RemoteError) {
+            while true {
+                let page = try remote.listFolderContinue(cursor: next)
+                if stopping { return }
+                apply(page.changes, cursor: page.cursor)
+                next = page.cursor
+                if !page.hasMore { return }
+            }
+        } catch .cursorReset {
+            try relist()
+        }
+    }
+
+    private func apply(_ changes: [RemoteChange], cursor: String) {
+        applying.withLock { _ in
+            guard !stopping else { return }
+            let result = vfs.metadata.applyFeed(changes, cursor: cursor)
+            for stale in result.staleRevs { vfs.blocks.purge(fileID: stale.fileID, rev: stale.rev) }
+            if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
+            if let store, vfs.metadata.holdsWholeTree {
+                do { try store.apply(result.applied, cursor: cursor) } catch {
+                    log.warning("saving metadata changes failed: \(error)")
+                }
+            }
+            state.withLock { state in
+                state.cursor = cursor
+                state.statistics.batches += 1
+                state.statistics.changesApplied += result.applied.count
+                state.statistics.invalidations += result.invalidations.count
+            }
+            if !changes.isEmpty {
+                log.debug("applied \(result.applied.count) of \(changes.count) remote changes, \(result.invalidations.count) kernel invalidations")
+            }
+        }
+    }
+
+    /// The cursor was reset: one recursive listing of the whole tree (or, for a tree kept folder by
+    /// folder, every folder relisted lazily on its next access).
+    private func relist() throws(RemoteError) {
+        log.info("the change cursor was reset: relisting the tree")
+        state.withLock { $0.statistics.relists += 1 }
+        let metadata = vfs.metadata
+        if metadata.holdsWholeTree {
+            let (result, cursor) = try metadata.relistTree()
+            applying.withLock { _ in
+                guard !stopping else { return }
+                for stale in result.staleRevs { vfs.blocks.purge(fileID: stale.fileID, rev: stale.rev) }
+                if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
+                state.withLock { $0.cursor = cursor; $0.statistics.invalidations += result.invalidations.count }
+            }
+            persistSnapshot()
+        } else {
+            let cursor = try remote.latestCursor(path: "", recursive: true)
+            applying.withLock { _ in
+                guard !stopping else { return }
+                let folders = metadata.forgetListings()
+                if !folders.isEmpty { sink.invalidate(folders) }
+                try? store?.clear()
+                state.withLock { $0.cursor = cursor }
+            }
+        }
+    }
+
+    /// Saves the whole held tree with its cursor (first connection, after a relist).
+    private func persistSnapshot() {
+        guard let store else { return }
+        applying.withLock { _ in
+            guard !stopping else { return }
+            let (entries, cursor) = vfs.metadata.exportTree()
+            guard let cursor else { return }
+            do {
+                if try store.cursor() == cursor { return }
+                try store.replaceAll(entries, cursor: cursor)
+                log.debug("saved \(entries.count) entries of metadata")
+            } catch {
+                log.warning("saving the metadata tree failed: \(error)")
+            }
+        }
+    }
+
+    // MARK: Online/offline
+
+    private func setOffline(_ reason: String) {
+        let was = offlineFlag.exchange(true, ordering: .relaxed)
+        state.withLock { $0.offlineReason = reason }
+        if !was { log.warning("offline: Dropbox cannot be reached (\(reason)); serving cached metadata and data, retrying") }
+    }
+
+    private func setOnline() {
+        let was = offlineFlag.exchange(false, ordering: .relaxed)
+        state.withLock { $0.offlineReason = nil }
+        vfs.metadata.setWatched(true)
+        if was { log.info("online again: catching up with remote changes") }
+    }
+
+    /// Marks the watcher offline before it starts (the mount began without reaching Dropbox).
+    public func startOffline(reason: String) { setOffline(reason) }
+
+    /// Sleeps up to `seconds`, cut short by `stop()`.
+    private func sleep(_ seconds: Double) {
+        _ = wakeUp.wait(timeout: .now() + seconds)
+        if stopping { wakeUp.signal() }
+    }
+}

@@ -1,0 +1,200 @@
+/// Applying Dropbox's change feed to the metadata tree, for the change watcher: each change says
+/// what the kernel must forget (`KernelInvalidation`) and which cached revs are garbage; a cursor
+/// reset relists the whole tree once; and the tree can be exported and re-imported for the
+/// persistent store (`MetadataStore`).
+///
+/// Rules (docs/VFSCACHE.md, "Change feed and persistence"):
+/// - an upsert with the rev (and size) we already hold is our own echo or a duplicate: no invalidation;
+/// - nodes whose truth is local (`Node.local != .remote`, pending writes) are never overwritten
+///   or removed by the feed: the write-back engine's conflict rule settles them at commit;
+/// - everything runs under `MetadataCache.lock`, like the listings.
+import Foundation
+
+extension MetadataCache {
+    /// What applying a batch of changes did.
+    struct AppliedChanges {
+        var invalidations: [KernelInvalidation] = []
+        /// Cached blocks of these (file id, rev) pairs can never be read again.
+        var staleRevs: [(fileID: String, rev: String)] = []
+        /// The changes that reached the tree, for the persistent store.
+        var applied: [RemoteChange] = []
+    }
+
+    /// Applies one batch of the feed, then records `cursor` as the tree's (when the whole tree is held).
+    func applyFeed(_ changes: [RemoteChange], cursor: String) -> AppliedChanges {
+        let now = clock.now()
+        lock.lock()
+        defer { lock.unlock() }
+        var result = AppliedChanges()
+        for change in changes { applyOne(change, into: &result) }
+        if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
+        return result
+    }
+
+    private func applyOne(_ change: RemoteChange, into result: inout AppliedChanges) {
+        switch change {
+        case .upsert(let entry):
+            guard !entry.pathDisplay.isEmpty,
+                  let parent = table.resolve(path: InodeTable.parentPath(entry.pathDisplay)),
+                  table[parent]?.isDirectory == true else { return }
+            let key = InodeTable.key(entry.name)
+            if let existing = table.child(of: parent, key: key), let node = table[existing] {
+                guard node.local == .remote else {
+                    log.info("remote change to \(entry.pathDisplay) left to the write-back engine (local changes pending)")
+                    return
+                }
+                if node.isDirectory != entry.isFolder {
+                    result.invalidations.append(.deleted(parent: parent, child: existing, name: node.name))
+                    collectRevs(under: existing, into: &result.staleRevs)
+                } else if let old = node.file {
+                    if old.rev == entry.rev && old.size == entry.size && node.name == entry.name {
+                        // Our own upload's echo, or a feed entry we already applied.
+                        table.upsert(entry, under: parent, generation: 0)
+                        return
+                    }
+                    if old.rev != entry.rev {
+                        result.invalidations.append(.inode(existing))
+                        if let id = node.id { result.staleRevs.append((id, old.rev)) }
+                    }
+                    if node.name != entry.name { result.invalidations.append(.entry(parent: parent, name: node.name)) }
+                } else {
+                    if node.name == entry.name { table.upsert(entry, under: parent, generation: 0); return }
+                    result.invalidations.append(.entry(parent: parent, name: node.name))
+                }
+            } else {
+                result.invalidations.append(.entry(parent: parent, name: entry.name))
+                result.invalidations.append(.inode(parent))
+            }
+            table.upsert(entry, under: parent, generation: 0)
+            result.applied.append(change)
+        case .deleted(_, let pathDisplay):
+            guard !pathDisplay.isEmpty, let ino = table.resolve(path: pathDisplay), let node = table[ino] else { return }
+            guard node.local == .remote else {
+                log.info("remote delete of \(pathDisplay) left to the write-back engine (local changes pending)")
+                return
+            }
+            result.invalidations.append(.deleted(parent: node.parent, child: ino, name: node.name))
+            result.invalidations.append(.inode(node.parent))
+            collectRevs(under: ino, into: &result.staleRevs)
+            table.detach(ino)
+            result.applied.append(change)
+        }
+    }
+
+    private func collectRevs(under ino: InodeNumber, into revs: inout [(fileID: String, rev: String)]) {
+        var stack = [ino]
+        while let current = stack.popLast() {
+            guard let node = table[current] else { continue }
+            if let file = node.file, let id = node.id { revs.append((id, file.rev)) }
+            stack.append(contentsOf: node.children.values)
+        }
+    }
+
+    /// After a cursor reset: one recursive listing replaces the tree (nodes the kernel knows keep
+    /// their inode when unchanged). Returns what changed for the kernel, and the new cursor.
+    func relistTree() throws(RemoteError) -> (AppliedChanges, cursor: String) {
+        let started = clock.now()
+        var changes: [RemoteChange] = []
+        var page = try remote.listFolder(path: "", recursive: true, limit: config.listPageSize)
+        changes += page.changes
+        while page.hasMore {
+            page = try remote.listFolderContinue(cursor: page.cursor)
+            changes += page.changes
+        }
+        lock.lock()
+        defer { lock.unlock() }
+        // What the kernel may hold: attached nodes it has a reference to.
+        var known: [(ino: InodeNumber, parent: InodeNumber, name: String, rev: String?)] = []
+        for (ino, node) in table.nodes where node.lookupCount > 0 && node.isAttached && ino != rootInode {
+            known.append((ino, node.parent, node.name, node.file?.rev))
+        }
+        let generation = table.newGeneration()
+        for change in changes { table.apply(change, generation: generation) }
+        table.sweepAll(olderThan: generation)
+        table.setAllListed(at: started)
+        tree = .recursive(cursor: page.cursor, refreshedAt: started)
+
+        var result = AppliedChanges()
+        result.applied = changes
+        for item in known {
+            guard let now = table[item.ino], now.isAttached else {
+                result.invalidations.append(.deleted(parent: item.parent, child: item.ino, name: item.name))
+                continue
+            }
+            if now.file?.rev != item.rev || now.name != item.name {
+                result.invalidations.append(.inode(item.ino))
+                if let rev = item.rev, let id = now.id, rev != now.file?.rev { result.staleRevs.append((id, rev)) }
+            }
+            if now.isDirectory { result.invalidations.append(.inode(item.ino)) }
+        }
+        return (result, page.cursor)
+    }
+
+    /// A per-folder tree after a cursor reset: every folder is relisted on its next access.
+    func forgetListings() -> [KernelInvalidation] {
+        lock.lock()
+        defer { lock.unlock() }
+        var folders: [KernelInvalidation] = []
+        for (ino, node) in table.nodes where node.isDirectory {
+            table.setListed(ino, at: -.infinity)   // listed "never": relisted on next access
+            if node.lookupCount > 0 || ino == rootInode { folders.append(.inode(ino)) }
+        }
+        return folders
+    }
+
+    func setWatched(_ value: Bool) {
+        lock.lock(); watched = value; lock.unlock()
+    }
+
+    /// True once the whole tree is held (so it can be persisted and kept by the feed).
+    var holdsWholeTree: Bool {
+        lock.lock(); defer { lock.unlock() }
+        if case .recursive = tree { return true }
+        return false
+    }
+
+    // MARK: Persistence
+
+    /// Every attached node that mirrors the server, as entries with full paths, parents first.
+    func exportTree() -> (entries: [RemoteEntry], cursor: String?) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard case .recursive(let cursor, _) = tree else { return ([], nil) }
+        var entries: [RemoteEntry] = []
+        entries.reserveCapacity(table.count)
+        // Depth-first from the root, so paths are built once per folder and parents come first.
+        var stack: [(ino: InodeNumber, path: String)] = [(rootInode, "")]
+        while let (ino, path) = stack.popLast() {
+            guard let node = table[ino] else { continue }
+            for childIno in node.children.values {
+                guard let child = table[childIno], child.local == .remote, let id = child.id else { continue }
+                let childPath = path + "/" + child.name
+                entries.append(Self.entry(of: child, id: id, path: childPath))
+                if child.isDirectory { stack.append((childIno, childPath)) }
+            }
+        }
+        return (entries, cursor)
+    }
+
+    static func entry(of node: Node, id: String, path: String) -> RemoteEntry {
+        let kind: RemoteEntry.Kind
+        switch node.kind {
+        case .directory: kind = .folder
+        case .file(let file): kind = .file(size: file.size, rev: file.rev, contentHash: file.contentHash,
+                                           clientModified: file.modified, serverModified: file.modified)
+        }
+        return RemoteEntry(id: id, name: node.name, pathLower: path.lowercased(), pathDisplay: path, kind: kind)
+    }
+
+    /// Loads a persisted tree (parents before children) and its cursor. The tree counts as fresh
+    /// now: the watcher applies the delta since `cursor` at once, and while it is connected the
+    /// tree needs no TTL refresh.
+    func importTree(_ entries: [RemoteEntry], cursor: String) {
+        let now = clock.now()
+        lock.lock()
+        defer { lock.unlock() }
+        for entry in entries { table.apply(.upsert(entry), generation: 0) }
+        table.setAllListed(at: now)
+        tree = .recursive(cursor: cursor, refreshedAt: now)
+    }
+}

@@ -1,0 +1,130 @@
+/// `MetadataStore`: the metadata tree and its change cursor, persisted in SQLite
+/// (`<cache dir>/metadata.sqlite3`), so a remount shows the tree at once and an offline mount
+/// has something to serve.
+///
+/// One row per file or folder, keyed by lowercased path; the cursor in `state`. The change
+/// watcher writes a full snapshot when it first holds the whole tree (and after a cursor
+/// reset), then each applied batch of the feed with its new cursor, in one transaction, so the
+/// rows always match the saved cursor (replaying the feed from an older cursor is harmless: every
+/// change is idempotent).
+///
+/// Durability: `synchronous=NORMAL` in WAL mode. A crash may lose the last batches, never
+/// consistency; the feed from the older saved cursor brings them back.
+import Foundation
+
+public final class MetadataStore: Sendable {
+    private let database: SQLiteDatabase
+    public var path: String { database.path }
+
+    /// Bumped when the schema changes: an older file is then emptied, not misread.
+    private static let schemaVersion = 1
+
+    public init(directory: URL) throws(SQLiteError) {
+        database = try SQLiteDatabase(path: directory.appendingPathComponent("metadata.sqlite3").path,
+                                      options: SQLiteDatabase.Options(writeAheadLog: true, fullSync: false))
+        try database.execute("""
+            CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS entries (
+                path_lower TEXT PRIMARY KEY,
+                path_display TEXT NOT NULL,
+                id TEXT NOT NULL,
+                folder INTEGER NOT NULL,
+                size INTEGER NOT NULL DEFAULT 0,
+                rev TEXT,
+                content_hash TEXT,
+                modified REAL NOT NULL DEFAULT 0
+            ) WITHOUT ROWID;
+            """)
+        let version = try database.query("SELECT value FROM state WHERE key = 'schema'").first?.text("value")
+        if version != String(Self.schemaVersion) {
+            try database.execute("DELETE FROM entries; DELETE FROM state;")
+            try database.run("INSERT INTO state (key, value) VALUES ('schema', ?)", [String(Self.schemaVersion)])
+        }
+    }
+
+    public func close() { database.close() }
+
+    /// The saved cursor; nil when nothing complete was ever saved.
+    public func cursor() throws(SQLiteError) -> String? {
+        try database.query("SELECT value FROM state WHERE key = 'cursor'").first?.text("value")
+    }
+
+    public func entryCount() throws(SQLiteError) -> Int {
+        try database.query("SELECT count(*) AS n FROM entries").first?.int("n") ?? 0
+    }
+
+    /// Every saved entry, parents before children (a parent's path is a prefix of its children's,
+    /// so it sorts first).
+    public func loadEntries() throws(SQLiteError) -> [RemoteEntry] {
+        var entries: [RemoteEntry] = []
+        try database.forEachRow("SELECT * FROM entries ORDER BY path_lower") { row in
+            let display = row.text("path_display") ?? ""
+            let name = String(display[display.index(after: display.lastIndex(of: "/") ?? display.startIndex)...])
+            let kind: RemoteEntry.Kind
+            if row.bool("folder") {
+                kind = .folder
+            } else {
+                let modified = Date(timeIntervalSince1970: row.double("modified") ?? 0)
+                kind = .file(size: row.uint64("size") ?? 0, rev: row.text("rev") ?? "", contentHash: row.text("content_hash"),
+                             clientModified: modified, serverModified: modified)
+            }
+            entries.append(RemoteEntry(id: row.text("id") ?? "", name: name, pathLower: row.text("path_lower") ?? "",
+                                       pathDisplay: display, kind: kind))
+        }
+        return entries
+    }
+
+    /// Replaces everything with this tree and cursor.
+    public func replaceAll(_ entries: [RemoteEntry], cursor: String) throws {
+        try database.transaction {
+            try database.run("DELETE FROM entries")
+            for entry in entries { try insert(entry) }
+            try setCursor(cursor)
+        }
+    }
+
+    /// Applies one batch of the feed and moves the cursor, atomically.
+    public func apply(_ changes: [RemoteChange], cursor: String) throws {
+        try database.transaction {
+            for change in changes {
+                switch change {
+                case .upsert(let entry):
+                    // A folder replaced by a file (or the reverse) loses its old subtree.
+                    if !entry.isFolder { try deleteSubtree(entry.pathDisplay.lowercased(), includingSelf: false) }
+                    try insert(entry)
+                case .deleted(_, let pathDisplay):
+                    try deleteSubtree(pathDisplay.lowercased(), includingSelf: true)
+                }
+            }
+            try setCursor(cursor)
+        }
+    }
+
+    /// Forgets the tree (a cursor reset in a tree too big to hold whole).
+    public func clear() throws(SQLiteError) {
+        try database.execute("DELETE FROM entries; DELETE FROM state WHERE key = 'cursor';")
+    }
+
+    private func insert(_ entry: RemoteEntry) throws(SQLiteError) {
+        var size: UInt64 = 0, rev: String?, hash: String?, modified = 0.0
+        if case .file(let s, let r, let h, let clientModified, _) = entry.kind {
+            size = s; rev = r; hash = h; modified = clientModified.timeIntervalSince1970
+        }
+        // Our own lowercasing of the display path, the same key the tree files names under.
+        try database.run("""
+            INSERT OR REPLACE INTO entries (path_lower, path_display, id, folder, size, rev, content_hash, modified)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [entry.pathDisplay.lowercased(), entry.pathDisplay, entry.id, entry.isFolder, size, rev, hash, modified])
+    }
+
+    private func deleteSubtree(_ pathLower: String, includingSelf: Bool) throws(SQLiteError) {
+        // substr instead of LIKE: names may contain % and _.
+        let prefix = pathLower + "/"
+        try database.run("DELETE FROM entries WHERE substr(path_lower, 1, ?) = ?", [prefix.unicodeScalars.count, prefix])
+        if includingSelf { try database.run("DELETE FROM entries WHERE path_lower = ?", [pathLower]) }
+    }
+
+    private func setCursor(_ cursor: String) throws(SQLiteError) {
+        try database.run("INSERT OR REPLACE INTO state (key, value) VALUES ('cursor', ?)", [cursor])
+    }
+}
