@@ -48,7 +48,6 @@ public final class ChangeWatcher: Sendable {
         var started = false
         var stopping = false
         var statistics = Statistics()
-        var offlineReason: String?
     }
 
     private let vfs: VFS
@@ -61,10 +60,12 @@ public final class ChangeWatcher: Sendable {
     /// Held while a batch is applied and saved, so `stop()` can wait for the one in progress.
     private let applying = Mutex(())
     private let wakeUp = DispatchSemaphore(value: 0)
-    private let offlineFlag = Atomic<Bool>(false)
+    /// Shared with the `OfflineGatedRemote` the VFS reads through.
+    public let offline: OfflineState
 
     public init(vfs: VFS, remote: any RemoteStore, sink: any CacheInvalidationSink, store: MetadataStore?,
-                options: Options = Options()) {
+                offline: OfflineState = OfflineState(), options: Options = Options()) {
+        self.offline = offline
         self.vfs = vfs
         self.remote = remote
         self.sink = sink
@@ -74,8 +75,7 @@ public final class ChangeWatcher: Sendable {
     }
 
     /// True while Dropbox cannot be reached (or refuses us).
-    public var isOffline: Bool { offlineFlag.load(ordering: .relaxed) }
-    public var offlineReason: String? { state.withLock { $0.offlineReason } }
+    public var isOffline: Bool { offline.isOffline }
     public var statistics: Statistics { state.withLock { $0.statistics } }
 
     /// Loads the persisted tree into the cache, before the mount serves anything. Returns the
@@ -265,16 +265,12 @@ public final class ChangeWatcher: Sendable {
     // MARK: Online/offline
 
     private func setOffline(_ reason: String) {
-        let was = offlineFlag.exchange(true, ordering: .relaxed)
-        state.withLock { $0.offlineReason = reason }
-        if !was { log.warning("offline: Dropbox cannot be reached (\(reason)); serving cached metadata and data, retrying") }
+        if offline.set(offline: true, reason: reason) { log.warning("offline: Dropbox cannot be reached (\(reason)); serving cached metadata and data, retrying") }
     }
 
     private func setOnline() {
-        let was = offlineFlag.exchange(false, ordering: .relaxed)
-        state.withLock { $0.offlineReason = nil }
         vfs.metadata.setWatched(true)
-        if was { log.info("online again: catching up with remote changes") }
+        if offline.set(offline: false) { log.info("online again: catching up with remote changes") }
     }
 
     /// Marks the watcher offline before it starts (the mount began without reaching Dropbox).
