@@ -16,10 +16,14 @@ final class MountStatusSource: Sendable {
     let mountedAt: Date
     private let cacheUsage: @Sendable () -> CacheUsage?
     let writeBack: WriteBackEngine?
+    /// Why Dropbox is unreachable, or nil while online (the change watcher's view).
+    private let offline: @Sendable () -> String?
 
     init(account: AccountReport, server: String, root: String, readOnly: Bool,
-         cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?, mountedAt: Date = Date()) {
+         cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?,
+         offline: @escaping @Sendable () -> String? = { nil }, mountedAt: Date = Date()) {
         self.account = account; self.server = server; self.root = root; self.readOnly = readOnly
+        self.offline = offline
         self.cacheUsage = cacheUsage; self.writeBack = writeBack; self.mountedAt = mountedAt
     }
 
@@ -35,7 +39,7 @@ final class MountStatusSource: Sendable {
                                 memoryBytes: usage?.memoryBytes ?? 0, memoryBudget: usage?.memoryBudget ?? 0,
                                 entries: usage?.nodes ?? 0, openFiles: usage?.openFiles ?? 0)
         return MountStatusReport(mountpoint: mountpoint, pid: getpid(), mountedAt: mountedAt, account: account,
-                                 server: server, root: root, readOnly: readOnly, cache: cache,
+                                 server: server, root: root, readOnly: readOnly, offline: offline(), cache: cache,
                                  uploads: writeBack.map { Self.uploads($0.status()) })
     }
 

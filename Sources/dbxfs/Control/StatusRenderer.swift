@@ -15,6 +15,9 @@ enum StatusRenderer {
         if let profile = report.account.profile { who += ", profile \(profile)" }
         let root = report.root.isEmpty ? "" : " folder \(report.root)"
         lines.append("\(report.mountpoint)  \(who)\(root) on \(report.server)\(report.readOnly ? " (read-only)" : "")")
+        if let offline = report.offline {
+            lines.append("  offline   \(offline); serving cached files, catching up when Dropbox answers")
+        }
         let cache = report.cache
         var cacheLine = "  cache     "
         cacheLine += cache.diskBudget > 0 ? "\(bytes(cache.diskBytes)) of \(bytes(cache.diskBudget)) on disk, " : "no disk cache, "

@@ -23,6 +23,9 @@ struct MountStatusReport: Codable, Sendable {
     /// The Dropbox folder mounted as the root ("" for the whole account).
     var root: String
     var readOnly: Bool
+    /// Why Dropbox cannot be reached; omitted while online. Offline, the mount serves its cached
+    /// tree and blocks, and catches up with remote changes when Dropbox answers again.
+    var offline: String? = nil
     var cache: CacheReport
     /// nil (omitted) when the mount has no write-back engine: nothing it holds can be pending.
     var uploads: UploadsReport?

@@ -19,6 +19,8 @@ struct MountBackend: CustomStringConvertible {
     let shutdown: () -> Void
     /// What `dbxfs status` and `dbxfs sync` ask (Control/MountStatusSource.swift).
     let statusSource: MountStatusSource
+    /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
+    var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
 
     static func open(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
         switch options.backend {
@@ -50,13 +52,22 @@ struct MountBackend: CustomStringConvertible {
         let checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                      retryPolicy: RetryPolicy(maxAttempts: 2))
         let checker = DropboxClient(configuration: checkConfiguration, tokens: credentials.tokens)
-        let account: FullAccount
+        var account: OfflineStart.SavedAccount
+        // Offline start (issue 7): Dropbox unreachable, but an earlier mount saved a tree to serve.
+        var offlineAt: (cacheDirectory: URL, reason: String)?
         do {
-            account = try checker.currentAccount()
+            let full = try checker.currentAccount()
+            account = OfflineStart.SavedAccount(email: full.email, displayName: full.name.displayName, accountID: full.accountID)
         } catch {
-            throw Failure(description: startupMessage(error, server: serverName, fix: credentials.fixHint))
+            let message = startupMessage(error, server: serverName, fix: credentials.fixHint)
+            guard OfflineStart.isUnreachable(error), let saved = OfflineStart.find(options: options, profile: credentials.profile) else {
+                throw Failure(description: message)
+            }
+            logger.warning("offline: \(message); serving the saved tree in \(saved.cacheDirectory.path)")
+            account = saved.account
+            offlineAt = (saved.cacheDirectory, message)
         }
-        if !options.root.isEmpty {
+        if !options.root.isEmpty && offlineAt == nil {
             do {
                 guard let root = try checker.metadataIfExists(path: options.root) else {
                     throw Failure(description: "--root \(options.root) does not exist on \(serverName)")
@@ -71,10 +82,19 @@ struct MountBackend: CustomStringConvertible {
             }
         }
 
-        let cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
+        let cacheDirectory: URL
+        if let offlineAt {
+            cacheDirectory = offlineAt.cacheDirectory
+        } else {
+            cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
+            OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
+        }
         let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
                                    tokens: credentials.tokens)
         let remote = DropboxRemoteStore(client: client, root: options.root)
+        // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
+        let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
+        let gated = OfflineGatedRemote(remote, state: offline)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -82,16 +102,24 @@ struct MountBackend: CustomStringConvertible {
         config.diskCacheBytes = Int64(clamping: options.cacheSize)
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
-        let operations = try makeFilesystem(remote: remote, config: config, logger: logger)
+        let operations = try makeFilesystem(remote: gated, config: config, logger: logger)
         let vfs = operations.filesystem as? VFS
+        let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: remote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
+        if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
+            operations.shutdown()
+            throw Failure(description: offlineAt!.reason)
+        }
         // writeBack: pass the VFS's WriteBackEngine here once the write side is wired in.
         let status = MountStatusSource(
-            account: AccountReport(email: account.email, displayName: account.name.displayName,
+            account: AccountReport(email: account.email, displayName: account.displayName,
                                    accountId: account.accountID, profile: credentials.profile),
             server: serverName, root: options.root, readOnly: options.readOnly,
-            cacheUsage: { vfs?.cacheUsage() }, writeBack: nil)
-        return MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
-                            shutdown: operations.shutdown, statusSource: status)
+            cacheUsage: { vfs?.cacheUsage() }, writeBack: nil,
+            offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil })
+        var backend = MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
+                                   shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status)
+        backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
+        return backend
     }
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`

@@ -1,0 +1,66 @@
+/// Starting a mount while Dropbox cannot be reached. Online mounts remember who they are (the
+/// account, in `<cache dir>/account.json`) and where their cache is (an index file under the
+/// cache base, keyed by server, credentials and root, since the default cache directory is named
+/// after the account id, which an offline start cannot ask for). An offline start finds both
+/// and mounts if that cache holds a saved metadata tree (`MetadataStore`); otherwise it fails
+/// with the usual "cannot reach" line.
+import ContentHash
+import DropboxRemote
+import Foundation
+import VFSCache
+
+enum OfflineStart {
+    /// Who the mount is, saved at every online start.
+    struct SavedAccount: Codable {
+        var email: String
+        var displayName: String
+        var accountID: String
+    }
+
+    /// True for failures that mean "Dropbox is not there" (as opposed to "Dropbox said no").
+    static func isUnreachable(_ error: Error) -> Bool {
+        guard let error = error as? DropboxError else { return false }
+        switch error {
+        case .transport, .server: return true
+        default: return false
+        }
+    }
+
+    /// The index file for this server, credentials and root.
+    static func indexFile(options: MountOptions, profile: String?) -> String {
+        let key = "\(options.apiBase ?? "dropbox")\n\(profile ?? "")\n\(options.tokenFile ?? "")\n\(options.root.lowercased())"
+        return cacheBase() + "/dbxfs/last-mount-" + String(hex(sha256(Array(key.utf8))).prefix(16))
+    }
+
+    /// Records the account and the cache directory of an online start (best effort).
+    static func remember(_ account: SavedAccount, cacheDirectory: URL, options: MountOptions, profile: String?) {
+        if let data = try? JSONEncoder().encode(account) {
+            try? data.write(to: cacheDirectory.appendingPathComponent("account.json"), options: .atomic)
+        }
+        let index = indexFile(options: options, profile: profile)
+        try? FileManager.default.createDirectory(atPath: (index as NSString).deletingLastPathComponent,
+                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try? Data(cacheDirectory.path.utf8).write(to: URL(fileURLWithPath: index), options: .atomic)
+    }
+
+    /// The cache directory and account of an earlier online start, if it saved a metadata tree.
+    static func find(options: MountOptions, profile: String?) -> (cacheDirectory: URL, account: SavedAccount)? {
+        let path = options.cacheDirectory
+            ?? (try? String(contentsOfFile: indexFile(options: options, profile: profile), encoding: .utf8))
+        guard let path, !path.isEmpty else { return nil }
+        let directory = URL(fileURLWithPath: path)
+        guard let data = try? Data(contentsOf: directory.appendingPathComponent("account.json")),
+              let account = try? JSONDecoder().decode(SavedAccount.self, from: data),
+              let store = try? MetadataStore(directory: directory) else { return nil }
+        defer { store.close() }
+        guard (try? store.cursor()) != nil else { return nil }
+        return (directory, account)
+    }
+
+    /// $XDG_CACHE_HOME, else ~/.cache (the same base as the default cache directories).
+    static func cacheBase() -> String {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.cache")
+    }
+}
