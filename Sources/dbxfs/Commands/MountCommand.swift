@@ -69,6 +69,8 @@ enum MountCommand {
             backend.shutdown()
             return fail(error.description)
         }
+        // Remote changes reach the kernel's caches through the session's notifier (issue 7).
+        backend.startChangeWatcher(session.notifier)
         // Before the loop starts: the kernel applies INIT's answer on top of this window.
         KernelReadAhead.set(kib: options.kernelReadAheadKiB, mountpoint: mountpoint, logger: logger)
         if let reporter {
