@@ -1,7 +1,8 @@
 /// `VFS`: the filesystem the FUSE glue calls (`FilesystemOperations`), assembled from the
 /// metadata cache (names, attributes, inode lookup counts), the block store (data), the handle
-/// tables and the space-usage cache. Read side only for now: every write operation throws EROFS,
-/// at the seams marked "write side" where the write-back engine will plug in.
+/// tables and the space-usage cache. The write operations live in VFS+Write.swift: they stage
+/// bytes locally and hand them to the `WriteBackEngine` (nil `writeBack`: a read-only mount, where
+/// every write operation throws EROFS).
 ///
 /// Lock order (a lock may only be taken while holding locks above it; none is held across a
 /// remote call or disk I/O):
@@ -21,7 +22,12 @@ public final class VFS: FilesystemOperations, Sendable {
     let blocks: BlockStore
     private let spaceUsage: SpaceUsageCache
     private let handles = Mutex(HandleTables())
-    private let nextHandle = Atomic<UInt64>(1)
+    let nextHandle = Atomic<UInt64>(1)
+    let remote: any RemoteStore
+    /// The write side (VFS+Write.swift): nil on a read-only mount.
+    public let writeBack: WriteBackEngine?
+    /// Files written through the mount and their write handles.
+    let localFiles = LocalFiles()
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -44,10 +50,31 @@ public final class VFS: FilesystemOperations, Sendable {
     ///   - config: tunables; `config.cacheDirectory` nil means no disk cache.
     ///   - logger: where warnings (failed reads, stale listings) go.
     ///   - clock: TTL time source (tests inject a manual one).
-    public init(remote: any RemoteStore, config: VFSConfig, logger: Logger = Logger(), clock: TimeSource = .monotonic) throws(SetupError) {
+    ///   - writeBack: the write-back engine's settings; nil for a read-only mount. Needs
+    ///     `config.cacheDirectory` (the journal and staging files live there).
+    public init(remote: any RemoteStore, config: VFSConfig, logger: Logger = Logger(), clock: TimeSource = .monotonic,
+                writeBack writeBackConfiguration: WriteBackConfiguration? = nil) throws(SetupError) {
         precondition(config.blockSize > 0, "blockSize must be positive")
         self.config = config
         self.logger = logger
+        self.remote = remote
+        // Commit events arrive on the engine's queue; the relay forwards them once `self` exists.
+        let relay = WriteEventRelay()
+        if let writeBackConfiguration {
+            guard let directory = config.cacheDirectory else {
+                throw SetupError(description: "writing needs a cache directory")
+            }
+            var engineConfiguration = writeBackConfiguration
+            if engineConfiguration.logger == nil { engineConfiguration.logger = logger }
+            do throws(Errno) {
+                writeBack = try WriteBackEngine(cacheDirectory: directory, remote: remote, configuration: engineConfiguration,
+                                                onEvent: { relay.deliver($0) })
+            } catch {
+                throw SetupError(description: "cannot open the upload journal in \(directory.path): \(error)")
+            }
+        } else {
+            writeBack = nil
+        }
         var disk: DiskBlockCache?
         if let directory = config.cacheDirectory, config.diskCacheBytes > 0 {
             do {
@@ -59,6 +86,7 @@ public final class VFS: FilesystemOperations, Sendable {
         metadata = MetadataCache(remote: remote, config: config, clock: clock, log: logger)
         blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
         spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
+        relay.connect { [weak self] event in self?.handleWriteBackEvent(event) }
     }
 
     deinit { blocks.shutdown() }
@@ -73,7 +101,7 @@ public final class VFS: FilesystemOperations, Sendable {
     public func cacheUsage() -> CacheUsage {
         let memory = blocks.memory.usage
         let disk = blocks.disk?.usage ?? (bytes: 0, blocks: 0)
-        let open = handles.withLock { ($0.files.count, $0.directories.count) }
+        let open = handles.withLock { ($0.files.count + localFiles.handleCount, $0.directories.count) }
         return CacheUsage(memoryBytes: memory.bytes, memoryBudget: config.memoryCacheBytes, memoryBlocks: memory.blocks,
                           diskBytes: disk.bytes, diskBudget: blocks.disk == nil ? 0 : config.diskCacheBytes, diskBlocks: disk.blocks,
                           nodes: metadata.nodeCount, openFiles: open.0, openDirectories: open.1)
@@ -96,7 +124,7 @@ public final class VFS: FilesystemOperations, Sendable {
         }
     }
 
-    private func entryReply(_ node: Node) -> EntryReply {
+    func entryReply(_ node: Node) -> EntryReply {
         EntryReply(attributes: attributes(of: node), entryTimeout: config.entryTimeout, attributeTimeout: config.attributeTimeout)
     }
 
@@ -115,9 +143,9 @@ public final class VFS: FilesystemOperations, Sendable {
     }
 
     public func setattr(_ ino: InodeNumber, changes: AttributeChanges, handle: HandleID?) throws(Errno) -> FileAttributes {
-        // Write side: truncate and utimens go through the write-back engine. chmod/chown are
-        // accepted and ignored (Dropbox keeps no modes), so `cp -a` works on a read-only view too.
-        guard changes.size == nil, changes.mtime == nil else { throw .readOnly }
+        // Truncate and utimens go through the write side; chmod/chown are accepted and ignored
+        // (Dropbox keeps no modes), so `cp -a` works on a read-only view too.
+        guard changes.size == nil, changes.mtime == nil else { return try setLocalAttributes(ino, changes: changes, handle: handle) }
         return attributes(of: try metadata.refreshedNode(ino))
     }
 
@@ -168,8 +196,8 @@ public final class VFS: FilesystemOperations, Sendable {
     // MARK: Files
 
     public func open(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply {
-        // Write side: opens for writing will get a staging file from the write-back engine.
-        guard flags.isDisjoint(with: [.write, .truncate, .append]) else { throw .readOnly }
+        // Opens for writing, and reads of files with local bytes, are the write side's.
+        if let reply = try openLocal(ino, flags: flags) { return reply }
         let node = try metadata.refreshedNode(ino)
         guard let file = node.file else { throw .isDirectory }
         guard let path = metadata.path(of: ino), let fileID = node.id else { throw .noEntry }
@@ -199,6 +227,7 @@ public final class VFS: FilesystemOperations, Sendable {
 
     public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
                               _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
+        if let local = localFiles.handle(handle) { return try readLocal(local, ino: ino, offset: offset, size: size, body) }
         guard let file = handles.withLock({ $0.files[handle] }), file.ino == ino else { throw .badFile }
         guard size > 0, offset < file.size else { return body([]) }
         let end = min(offset + UInt64(size), file.size)
@@ -264,30 +293,29 @@ public final class VFS: FilesystemOperations, Sendable {
     }
 
     public func write(_ ino: InodeNumber, handle: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
-        throw .readOnly   // write side
+        try writeLocal(ino, handle: handle, offset: offset, data: data)
     }
 
     public func flush(_ ino: InodeNumber, handle: HandleID) throws(Errno) {
-        // Write side: report an earlier write-back error here. Read-only handles have none.
+        // Read-only handles have nothing to report; write handles journal and report earlier errors.
+        try flushLocal(ino, handle: handle)
     }
 
     public func fsync(_ ino: InodeNumber, handle: HandleID?) throws(Errno) {
-        // Write side: wait for the commit. Nothing is ever dirty yet.
+        try fsyncLocal(ino, handle: handle)
     }
 
     public func release(_ ino: InodeNumber, handle: HandleID) {
+        if releaseLocal(ino, handle: handle) { return }
         _ = handles.withLock { $0.files.removeValue(forKey: handle) }
     }
 
-    // MARK: Namespace changes (write side)
-
-    public func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply) { throw .readOnly }
-    public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply { throw .readOnly }
-    public func unlink(parent: InodeNumber, name: String) throws(Errno) { throw .readOnly }
-    public func rmdir(parent: InodeNumber, name: String) throws(Errno) { throw .readOnly }
-    public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags) throws(Errno) {
-        throw .readOnly
+    /// A read-side handle for `ino` (used by the write side for reads before a first write).
+    func makeReader(_ ino: InodeNumber, path: String, fileID: String, file: Node.FileMetadata) -> OpenFile {
+        OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: false, usesPieceDigests: blocks.usesPieceDigests)
     }
+
+    // Namespace changes (create, mkdir, unlink, rmdir, rename) are in VFS+Write.swift.
 
     // MARK: Filesystem-wide
 

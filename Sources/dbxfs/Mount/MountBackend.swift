@@ -102,19 +102,18 @@ struct MountBackend: CustomStringConvertible {
         config.diskCacheBytes = Int64(clamping: options.cacheSize)
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
-        let operations = try makeFilesystem(remote: gated, config: config, logger: logger)
+        let operations = try makeFilesystem(remote: gated, config: config, logger: logger, readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
         let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: remote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
         if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
             operations.shutdown()
             throw Failure(description: offlineAt!.reason)
         }
-        // writeBack: pass the VFS's WriteBackEngine here once the write side is wired in.
         let status = MountStatusSource(
             account: AccountReport(email: account.email, displayName: account.displayName,
                                    accountId: account.accountID, profile: credentials.profile),
             server: serverName, root: options.root, readOnly: options.readOnly,
-            cacheUsage: { vfs?.cacheUsage() }, writeBack: nil,
+            cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
             offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil })
         var backend = MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status)
@@ -124,15 +123,38 @@ struct MountBackend: CustomStringConvertible {
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
     /// is built or stopped.
-    private static func makeFilesystem(remote: any RemoteStore, config: VFSConfig, logger: Logger)
+    private static func makeFilesystem(remote: any RemoteStore, config: VFSConfig, logger: Logger, readOnly: Bool)
         throws(Failure) -> (filesystem: any FilesystemOperations, shutdown: () -> Void) {
         do {
-            let vfs = try VFS(remote: remote, config: config, logger: logger)
-            // After unmount: let queued background work (read-ahead, disk-cache writes) finish.
-            return (vfs, { vfs.shutdown() })
+            // Writable unless --read-only: the write-back engine journals in the cache directory
+            // and resumes uploads left by an earlier run (killed, or unmounted before they finished).
+            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration())
+            // After unmount: drain the uploads (bounded), then let queued background work
+            // (read-ahead, disk-cache writes) finish.
+            return (vfs, { drainUploads(vfs, cacheDirectory: config.cacheDirectory, logger: logger); vfs.shutdown() })
         } catch {
             throw Failure(description: error.description)
         }
+    }
+
+    /// Seconds unmount waits for pending uploads (env DBXFS_UNMOUNT_DRAIN_SECONDS, default 120).
+    static var drainSeconds: Double {
+        ProcessInfo.processInfo.environment["DBXFS_UNMOUNT_DRAIN_SECONDS"].flatMap(Double.init) ?? 120
+    }
+
+    /// Unmount (fusermount3 -u, SIGTERM): waits up to `drainSeconds` for the uploads, then stops
+    /// the engine. What is left stays journaled and resumes at the next mount of this cache.
+    private static func drainUploads(_ vfs: VFS, cacheDirectory: URL?, logger: Logger) {
+        guard let engine = vfs.writeBack else { return }
+        let pending = engine.status().pendingFiles
+        if pending > 0 { logger.info("unmounting: waiting up to \(Int(drainSeconds)) s for \(pending) pending upload(s)") }
+        let left = engine.shutdown(drainUntil: Date().addingTimeInterval(drainSeconds))
+        guard !left.isEmpty else {
+            if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox") }
+            return
+        }
+        let names = left.map { "\($0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
+        logger.warning("unmounted with \(left.count) file(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
     }
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,

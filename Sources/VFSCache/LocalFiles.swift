@@ -1,0 +1,93 @@
+/// `LocalFiles`: what the facade knows about files written through the mount, by inode: the
+/// staging file holding their current bytes, whether a writer has changed them since the last
+/// journaled close, the generation to wait for in fsync, and the open write handles.
+///
+/// The write-back engine owns the journal and the uploads; this registry only remembers what the
+/// facade needs between FUSE calls (the engine works by path, FUSE by inode and handle).
+import Foundation
+import Synchronization
+
+/// One file with local writes. Its `lock` serialises the facade's operations on the file (the
+/// first write fills the staging file from the old content; later writes must wait for that).
+final class LocalFile: @unchecked Sendable {
+    // @unchecked: every `var` is only touched with `lock` held.
+    let ino: InodeNumber
+    let lock = NSLock()
+    /// The staging file with the file's latest bytes (kept after the commit too: its fd stays
+    /// readable, and a later write copies from it instead of downloading).
+    var staging: StagingFile?
+    /// `beginWrite` was called since the last `close` of the engine: bytes are changing.
+    var writing = false
+    /// Generation of the last journaled close (0: none yet).
+    var generation: UInt64 = 0
+    /// Times set by utimens, used as client_modified at the next close (nil: the close's time).
+    var mtime: Date?
+    /// Open handles that may write (create, or opened for writing).
+    var writers = 0
+    /// How far the file has been written contiguously from byte 0 (for streaming uploads);
+    /// nil once a write broke the sequence.
+    var sequentialPrefix: UInt64? = 0
+    /// Unlinked while open: writes still land in the (now anonymous) staging file, but nothing
+    /// is journaled any more.
+    var unlinked = false
+
+    init(ino: InodeNumber) { self.ino = ino }
+
+    func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        lock.lock(); defer { lock.unlock() }
+        return try body()
+    }
+}
+
+/// An open handle that writes, or that reads a file whose latest bytes are local.
+final class WriteHandle: Sendable {
+    let ino: InodeNumber
+    let file: LocalFile
+    let mayWrite: Bool
+    let append: Bool
+    /// For reads before the first write of an `O_RDWR` open of a clean file: the remote bytes.
+    let remoteView: OpenFile?
+    /// This handle changed the file since its last journaled close (flush/release journal it).
+    let wrote = Atomic<Bool>(false)
+
+    init(ino: InodeNumber, file: LocalFile, mayWrite: Bool, append: Bool, remoteView: OpenFile?) {
+        self.ino = ino; self.file = file; self.mayWrite = mayWrite; self.append = append; self.remoteView = remoteView
+    }
+}
+
+final class LocalFiles: Sendable {
+    private struct State: ~Copyable {
+        var files: [InodeNumber: LocalFile] = [:]
+        var handles: [HandleID: WriteHandle] = [:]
+    }
+    private let state = Mutex(State())
+
+    /// The file's record, created on first use.
+    func file(_ ino: InodeNumber) -> LocalFile {
+        state.withLock { state in
+            if let file = state.files[ino] { return file }
+            let file = LocalFile(ino: ino)
+            state.files[ino] = file
+            return file
+        }
+    }
+
+    func existing(_ ino: InodeNumber) -> LocalFile? { state.withLock { $0.files[ino] } }
+
+    /// Forgets a file once nothing refers to it any more (committed, no handle open).
+    func dropIfIdle(_ ino: InodeNumber) {
+        state.withLock { state in
+            guard let file = state.files[ino] else { return }
+            let idle = file.withLock { !file.writing && file.writers == 0 }
+            let open = state.handles.values.contains { $0.ino == ino }
+            if idle && !open { state.files[ino] = nil }
+        }
+    }
+
+    func forget(_ ino: InodeNumber) { _ = state.withLock { $0.files.removeValue(forKey: ino) } }
+
+    func add(_ handle: WriteHandle, as id: HandleID) { state.withLock { $0.handles[id] = handle } }
+    func handle(_ id: HandleID) -> WriteHandle? { state.withLock { $0.handles[id] } }
+    func removeHandle(_ id: HandleID) -> WriteHandle? { state.withLock { $0.handles.removeValue(forKey: id) } }
+    var handleCount: Int { state.withLock { $0.handles.count } }
+}

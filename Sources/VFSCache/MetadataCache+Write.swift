@@ -1,0 +1,128 @@
+/// The write side's changes to the metadata tree: local files that exist before Dropbox knows
+/// them, local sizes and times while an upload is pending, the namespace changes of mkdir,
+/// unlink, rmdir and rename, and the commit events that turn a dirty node back into a mirror of
+/// the server. Each method is one short critical section on the cache's lock.
+import Foundation
+
+extension MetadataCache {
+    /// The child of `parent` called `name` (any case) without taking a lookup reference, after
+    /// making sure the folder's listing is fresh. nil when absent.
+    func child(of parent: InodeNumber, named name: String) throws(Errno) -> Node? {
+        try ensureListed(parent)
+        return locked { table in table.child(of: parent, key: InodeTable.key(name)).flatMap { table[$0] } }
+    }
+
+    /// A new file that only exists locally so far, with one lookup reference (for `create`).
+    func insertLocalFile(parent: InodeNumber, name: String, modified: Date) throws(Errno) -> Node {
+        try locked { table throws(Errno) -> Node in
+            guard table[parent]?.isDirectory == true else { throw .noEntry }
+            let key = InodeTable.key(name)
+            guard table.child(of: parent, key: key) == nil else { throw .exists }
+            let ino = table.nextIno
+            table.nextIno += 1
+            var node = Node(ino: ino, parent: parent, name: name, key: key,
+                            kind: .file(Node.FileMetadata(size: 0, rev: "", contentHash: nil, modified: modified)), id: nil)
+            node.local = .dirty
+            node.lookupCount = 1
+            table.nodes[ino] = node
+            table.nodes[parent]!.children[key] = ino
+            table.nodes[parent]!.negatives[key] = nil
+            return node
+        }
+    }
+
+    /// Marks a file as holding local bytes of `size` (and `modified`, if given).
+    func setLocal(_ ino: InodeNumber, size: UInt64, modified: Date? = nil) {
+        locked { table in
+            guard var node = table.nodes[ino], var file = node.file else { return }
+            file.size = size
+            if let modified { file.modified = modified }
+            node.kind = .file(file)
+            node.local = .dirty
+            table.nodes[ino] = node
+        }
+    }
+
+    /// The file at `path` was committed as `entry`. Unless newer local bytes are pending
+    /// (`stillDirty`), the node mirrors the server again.
+    func applyCommitted(path: String, entry: RemoteEntry, stillDirty: Bool) {
+        locked { table in
+            guard let ino = table.resolve(path: path), var node = table.nodes[ino], node.file != nil else { return }
+            node.id = entry.id
+            if !stillDirty {
+                node.kind = Node.Kind(entry)
+                node.local = .remote
+            }
+            table.nodes[ino] = node
+        }
+    }
+
+    /// After a conflict: `path` shows the server's version again (`.some(nil)` if it is gone, nil
+    /// if unknown), and our version appears as `copy`.
+    func applyConflict(path: String, remoteVersion: RemoteEntry??, copy: RemoteEntry, copyPath: String) {
+        locked { table in
+            if let ino = table.resolve(path: path), var node = table.nodes[ino] {
+                node.local = .remote
+                table.nodes[ino] = node
+                switch remoteVersion {
+                case .some(.some(let entry)):
+                    if let parent = table.resolve(path: InodeTable.parentPath(path)) { table.upsert(entry, under: parent, generation: 0) }
+                case .some(.none):
+                    table.detach(ino)
+                case .none:
+                    break
+                }
+            }
+            if let parent = table.resolve(path: InodeTable.parentPath(copyPath)) {
+                table.upsert(copy, under: parent, generation: 0)
+            }
+        }
+    }
+
+    /// A folder (or file) the server just created under `parent`, with one lookup reference.
+    func insertRemote(_ entry: RemoteEntry, under parent: InodeNumber) throws(Errno) -> Node {
+        try locked { table throws(Errno) -> Node in
+            guard let ino = table.upsert(entry, under: parent, generation: 0) else { throw .noEntry }
+            table.addLookup(ino)
+            return table[ino]!
+        }
+    }
+
+    /// Removes a node from the tree (unlink, rmdir).
+    func remove(_ ino: InodeNumber) {
+        locked { table in
+            if var node = table.nodes[ino] {
+                node.local = .remote
+                table.nodes[ino] = node
+            }
+            table.detach(ino)
+        }
+    }
+
+    /// Moves `ino` to `newParent` as `newName`, replacing whatever was there. `entry` (the
+    /// server's answer to the move, if any) updates a clean file's rev and id.
+    func move(_ ino: InodeNumber, to newParent: InodeNumber, name newName: String, entry: RemoteEntry?) {
+        locked { table in
+            guard var node = table.nodes[ino], table.nodes[newParent]?.isDirectory == true else { return }
+            let key = InodeTable.key(newName)
+            if let existing = table.child(of: newParent, key: key), existing != ino {
+                if var other = table.nodes[existing] { other.local = .remote; table.nodes[existing] = other }
+                table.detach(existing)
+            }
+            if node.parent != 0 { table.nodes[node.parent]?.children[node.key] = nil }
+            node.parent = newParent
+            node.name = newName
+            node.key = key
+            if let entry {
+                node.id = entry.id
+                if node.local == .remote, !entry.isFolder { node.kind = Node.Kind(entry) }
+            }
+            table.nodes[ino] = node
+            table.nodes[newParent]!.children[key] = ino
+            table.nodes[newParent]!.negatives[key] = nil
+        }
+    }
+
+    /// Number of children a folder has in the tree (after a fresh listing, for rmdir).
+    func childCount(_ ino: InodeNumber) -> Int { locked { $0[ino]?.children.count ?? 0 } }
+}

@@ -1,0 +1,506 @@
+/// The write side of the facade: create, write, truncate and utimens, flush, fsync and release,
+/// and the namespace changes (mkdir, unlink, rmdir, rename). File bytes go to staging files of the
+/// `WriteBackEngine`, which journals them at close and uploads them in the background; namespace
+/// changes go to Dropbox at once, around the engine's `remove`/`rename` so no stale upload can
+/// land after them. The rules a user sees are in docs/SEMANTICS.md ("Writing").
+///
+/// Per file, `LocalFile.lock` serialises the facade's own steps (the first write after a close
+/// fills a new staging file from the old content; later writes wait for that). Lock order:
+/// `LocalFile.lock` → the engine's lock / `MetadataCache.lock` (never the other way round).
+import Foundation
+
+extension VFS {
+    /// fsync gives up (EIO) after this long; the file stays journaled and keeps uploading.
+    static let fsyncTimeout: TimeInterval = 3600
+    /// utimens on an already uploaded file re-uploads it with the new client_modified up to this
+    /// size; above it the new time is accepted but not kept (docs/SEMANTICS.md).
+    static let retimeMaxBytes: UInt64 = 64 << 20
+
+    private func requireWriteBack() throws(Errno) -> WriteBackEngine {
+        guard let writeBack else { throw .readOnly }
+        return writeBack
+    }
+
+    // MARK: Open, read, write
+
+    /// Opens for writing, or for reading a file whose latest bytes are local. nil: a plain read of
+    /// a clean file, which the read side handles.
+    func openLocal(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply? {
+        let wantsWrite = !flags.isDisjoint(with: [.write, .truncate, .append])
+        guard let writeBack else {
+            if wantsWrite { throw .readOnly }
+            return nil
+        }
+        let node = try metadata.refreshedNode(ino)
+        guard let meta = node.file else { throw wantsWrite ? .isDirectory : .isDirectory }
+        guard let path = metadata.path(of: ino) else { throw .noEntry }
+        let existing = localFiles.existing(ino)
+        let engineStaging = node.local == .dirty ? nil : writeBack.stagingFile(path: path)
+        let hasLocalBytes = node.local == .dirty || engineStaging != nil
+        guard wantsWrite || hasLocalBytes else { return nil }
+
+        let file = existing ?? localFiles.file(ino)
+        var remoteView: OpenFile?
+        if !hasLocalBytes, let id = node.id, meta.size > 0 {
+            remoteView = makeReader(ino, path: path, fileID: id, file: meta)
+        }
+        try file.withLock { () throws(Errno) in
+            // A pending upload found after a restart: its bytes are the file's bytes.
+            if file.staging == nil, let engineStaging {
+                file.staging = engineStaging
+                metadata.setLocal(ino, size: (try? engineStaging.size()) ?? meta.size)
+            }
+            if wantsWrite { file.writers += 1 }
+        }
+        let handle = WriteHandle(ino: ino, file: file, mayWrite: wantsWrite, append: flags.contains(.append), remoteView: remoteView)
+        if wantsWrite, flags.contains(.truncate) {
+            do throws(Errno) {
+                try file.withLock { () throws(Errno) in
+                    let staging = try prepareWrite(file, path: path, keepBytes: 0)
+                    try staging.truncate(to: 0)
+                    file.sequentialPrefix = 0
+                    writeBack.noteRewrite(path: path)
+                }
+                handle.wrote.store(true, ordering: .relaxed)
+                metadata.setLocal(ino, size: 0, modified: Date())
+            } catch {
+                file.withLock { file.writers -= 1 }
+                throw error
+            }
+        }
+        let id = nextHandle.add(1, ordering: .relaxed).oldValue
+        localFiles.add(handle, as: id)
+        // The kernel must not keep pages of an earlier version across this open.
+        return OpenReply(handle: id, keepCache: false)
+    }
+
+    func readLocal<R>(_ handle: WriteHandle, ino: InodeNumber, offset: UInt64, size: Int,
+                      _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
+        guard handle.ino == ino else { throw .badFile }
+        let staging = handle.file.withLock { handle.file.staging }
+        guard let staging else {
+            // Not written yet through this open: the server's bytes.
+            guard let reader = handle.remoteView else { return body([]) }
+            return try readRemote(reader, offset: offset, size: size, body)
+        }
+        let bytes = try staging.read(at: offset, count: size)
+        return bytes.withUnsafeBytes { body($0.isEmpty ? [] : [$0]) }
+    }
+
+    /// Reads through the block cache with a reader that is not in the handle table.
+    private func readRemote<R>(_ reader: OpenFile, offset: UInt64, size: Int,
+                               _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
+        guard size > 0, offset < reader.size else { return body([]) }
+        let end = min(offset + UInt64(size), reader.size)
+        let blockSize = UInt64(config.blockSize)
+        var out: [UInt8] = []
+        out.reserveCapacity(Int(end - offset))
+        for index in (offset / blockSize)...((end - 1) / blockSize) {
+            let block = try blocks.block(reader.blockRequest(index, blockSize: config.blockSize))
+            let start = index * blockSize
+            let from = Int(max(offset, start) - start), to = Int(min(end, start + blockSize) - start)
+            guard to <= block.count else { throw .io }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: block.buffer[from..<to]))
+        }
+        return out.withUnsafeBytes { body([$0]) }
+    }
+
+    func writeLocal(_ ino: InodeNumber, handle id: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        let writeBack = try requireWriteBack()
+        guard let handle = localFiles.handle(id), handle.ino == ino, handle.mayWrite else { throw .badFile }
+        let file = handle.file
+        let size: UInt64 = try file.withLock { () throws(Errno) -> UInt64 in
+            let staging: StagingFile
+            var path: String?
+            if file.unlinked {
+                guard let current = file.staging else { throw .badFile }
+                staging = current
+            } else {
+                guard let current = metadata.path(of: ino) else { throw .noEntry }
+                path = current
+                staging = try prepareWrite(file, path: current, keepBytes: nil)
+            }
+            let at = handle.append ? try staging.size() : offset
+            try staging.write(at: at, data)
+            handle.wrote.store(true, ordering: .relaxed)
+            file.mtime = nil
+            if let path, let prefix = file.sequentialPrefix {
+                if at == prefix {
+                    file.sequentialPrefix = prefix + UInt64(data.count)
+                    writeBack.noteSequentialProgress(path: path, contiguousBytes: prefix + UInt64(data.count))
+                } else {
+                    file.sequentialPrefix = nil
+                    if at < prefix { writeBack.noteRewrite(path: path) }
+                }
+            }
+            return try staging.size()
+        }
+        metadata.setLocal(ino, size: size, modified: Date())
+        return data.count
+    }
+
+    /// Before the first change since the last close (file lock held): `beginWrite`, and a new
+    /// staging file gets the current content first (up to `keepBytes`; nil: all of it), from the
+    /// previous staging file if we have it, else from Dropbox.
+    private func prepareWrite(_ file: LocalFile, path: String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
+        if file.writing, let staging = file.staging { return staging }
+        let writeBack = try requireWriteBack()
+        guard let node = metadata.node(file.ino), let meta = node.file else { throw .noEntry }
+        let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
+        let staging = try writeBack.beginWrite(path: path, base: base)
+        if staging !== file.staging {
+            let wanted = min(keepBytes ?? .max, meta.size)
+            do throws(Errno) {
+                if wanted > 0 {
+                    if let previous = file.staging {
+                        try copy(from: previous, to: staging, count: wanted)
+                    } else if let id = node.id, !meta.rev.isEmpty {
+                        try fetch(makeReader(file.ino, path: path, fileID: id, file: meta), into: staging, count: wanted)
+                    }
+                }
+            } catch {
+                // Never leave a half-filled staging file to be uploaded over the real one.
+                logger.error("cannot fetch the current content of \(path) before writing: \(error)")
+                try? writeBack.remove(path: path) { () throws(Errno) in }
+                throw error == .noSpace ? .noSpace : .io
+            }
+            file.staging = staging
+        }
+        file.writing = true
+        file.sequentialPrefix = 0
+        return staging
+    }
+
+    private func copy(from source: StagingFile, to target: StagingFile, count: UInt64) throws(Errno) {
+        var offset: UInt64 = 0
+        let piece = 4 << 20
+        while offset < count {
+            let bytes = try source.read(at: offset, count: Int(min(UInt64(piece), count - offset)))
+            if bytes.isEmpty { break }
+            try target.write(at: offset, bytes)
+            offset += UInt64(bytes.count)
+        }
+    }
+
+    /// The old bytes of a file, block by block through the block cache (with read-ahead).
+    private func fetch(_ reader: OpenFile, into target: StagingFile, count: UInt64) throws(Errno) {
+        let blockSize = UInt64(config.blockSize)
+        let last = (count - 1) / blockSize
+        let window: UInt64 = 8
+        for index in 0...last {
+            if index % window == 0 {
+                for ahead in (index + 1)...min(index + window, last + 1) where ahead <= last {
+                    blocks.prefetch(reader.blockRequest(ahead, blockSize: config.blockSize))
+                }
+            }
+            let block = try blocks.block(reader.blockRequest(index, blockSize: config.blockSize))
+            let start = index * blockSize
+            let length = Int(min(blockSize, count - start))
+            guard length <= block.count else { throw .io }
+            try target.write(at: start, UnsafeRawBufferPointer(rebasing: block.buffer[0..<length]))
+        }
+    }
+
+    // MARK: Close, flush, fsync
+
+    /// Journals the handle's changes (the engine's `close`): the file is then safe on disk and
+    /// queued for upload. Throws ENOSPC/EIO if that failed (the bytes stay staged).
+    private func journal(_ handle: WriteHandle, force: Bool = false) throws(Errno) {
+        guard handle.wrote.exchange(false, ordering: .relaxed) || force else { return }
+        do throws(Errno) { try journalFile(handle.file) } catch {
+            handle.wrote.store(true, ordering: .relaxed)
+            throw error
+        }
+    }
+
+    private func journalFile(_ file: LocalFile) throws(Errno) {
+        let writeBack = try requireWriteBack()
+        try file.withLock { () throws(Errno) in
+            guard file.writing, !file.unlinked, let path = metadata.path(of: file.ino) else { return }
+            let modified = file.mtime ?? metadata.node(file.ino)?.file?.modified
+            file.generation = try writeBack.close(path: path, clientModified: modified)
+            file.writing = false
+        }
+    }
+
+    func flushLocal(_ ino: InodeNumber, handle id: HandleID) throws(Errno) {
+        guard let handle = localFiles.handle(id), let writeBack else { return }
+        if handle.mayWrite { try journal(handle) }
+        if let path = metadata.path(of: ino), let error = writeBack.failure(path: path) {
+            logger.warning("\(path): an earlier upload failed: \(error)")
+            throw Errno(error)
+        }
+    }
+
+    func fsyncLocal(_ ino: InodeNumber, handle id: HandleID?) throws(Errno) {
+        guard let writeBack else { return }
+        let handle = id.flatMap { localFiles.handle($0) }
+        guard let file = handle?.file ?? localFiles.existing(ino) else { return }
+        if let handle, handle.mayWrite { try journal(handle) } else { try journalFile(file) }
+        let generation = file.withLock { file.generation }
+        guard generation > 0, let path = metadata.path(of: ino) else { return }
+        do throws(WriteBackError) {
+            try writeBack.waitUntilCommitted(path: path, generation: generation, timeout: Self.fsyncTimeout)
+        } catch {
+            logger.warning("fsync of \(path): \(error)")
+            throw error.errno
+        }
+    }
+
+    /// Returns false when the handle is not the write side's.
+    func releaseLocal(_ ino: InodeNumber, handle id: HandleID) -> Bool {
+        guard let handle = localFiles.removeHandle(id) else { return false }
+        guard handle.mayWrite else { return true }
+        let file = handle.file
+        let last = file.withLock { () -> Bool in
+            file.writers -= 1
+            return file.writers == 0
+        }
+        do throws(Errno) {
+            // The last writer also journals changes made without a handle of their own.
+            try journal(handle, force: last && file.withLock { file.writing })
+        } catch {
+            logger.error("\(metadata.path(of: ino) ?? "inode \(ino)"): cannot queue the upload at close: \(error); the bytes stay staged")
+        }
+        return true
+    }
+
+    // MARK: Attributes
+
+    func setLocalAttributes(_ ino: InodeNumber, changes: AttributeChanges, handle id: HandleID?) throws(Errno) -> FileAttributes {
+        let writeBack = try requireWriteBack()
+        let node = try metadata.refreshedNode(ino)
+        guard let meta = node.file else {
+            if changes.size != nil { throw .isDirectory }
+            return attributes(of: node)   // folders have no times on Dropbox: accepted, not kept
+        }
+        guard let path = metadata.path(of: ino) else { throw .noEntry }
+        let handle = id.flatMap { localFiles.handle($0) }.flatMap { $0.ino == ino && $0.mayWrite ? $0 : nil }
+        let file = handle?.file ?? localFiles.file(ino)
+        if let size = changes.size {
+            try file.withLock { () throws(Errno) in
+                let staging = try prepareWrite(file, path: path, keepBytes: size)
+                try staging.truncate(to: size)
+                if let prefix = file.sequentialPrefix, size < prefix {
+                    file.sequentialPrefix = nil
+                    writeBack.noteRewrite(path: path)
+                }
+                if let mtime = changes.mtime { file.mtime = mtime } else { file.mtime = nil }
+            }
+            metadata.setLocal(ino, size: size, modified: changes.mtime ?? Date())
+            if let handle {
+                handle.wrote.store(true, ordering: .relaxed)
+            } else {
+                try journalFile(file)
+            }
+        } else if let mtime = changes.mtime {
+            let pending = node.local == .dirty || writeBack.stagingFile(path: path) != nil
+            let unchanged = abs(meta.modified.timeIntervalSince(mtime)) < 1
+            if pending || (!unchanged && meta.size <= Self.retimeMaxBytes) {
+                // client_modified travels with a commit: journal (again) with the new time.
+                try file.withLock { () throws(Errno) in
+                    file.mtime = mtime
+                    if !file.writing { _ = try prepareWrite(file, path: path, keepBytes: nil) }
+                }
+                metadata.setLocal(ino, size: (try? file.withLock { try file.staging?.size() } ?? meta.size) ?? meta.size, modified: mtime)
+                if file.withLock({ file.writers == 0 }) || handle == nil { try journalFile(file) }
+            } else if !unchanged {
+                logger.info("\(path): a new modification time for an uploaded file over \(Self.retimeMaxBytes >> 20) MiB is not kept")
+            }
+        }
+        return attributes(of: try metadata.refreshedNode(ino))
+    }
+
+    // MARK: Namespace
+
+    public func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply) {
+        let writeBack = try requireWriteBack()
+        try checkName(name, in: parent)
+        if let existing = try metadata.child(of: parent, named: name) {
+            if flags.contains(.exclusive) { throw .exists }
+            if existing.isDirectory { throw .isDirectory }
+            let reply = try open(existing.ino, flags: flags.union(.write))
+            metadata.addLookup(existing.ino)
+            return (entryReply(metadata.node(existing.ino) ?? existing), reply)
+        }
+        guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
+        let path = parentPath + "/" + name
+        let node = try metadata.insertLocalFile(parent: parent, name: name, modified: Date())
+        let file = localFiles.file(node.ino)
+        do throws(Errno) {
+            try file.withLock { () throws(Errno) in
+                let staging = try writeBack.beginWrite(path: path, base: .newFile)
+                // A leftover staging file for this path (a resumed upload) must not leak into the new file.
+                try staging.truncate(to: 0)
+                file.staging = staging
+                file.writing = true
+                file.sequentialPrefix = 0
+                file.writers += 1
+            }
+        } catch {
+            metadata.remove(node.ino)
+            localFiles.forget(node.ino)
+            throw error
+        }
+        let handle = WriteHandle(ino: node.ino, file: file, mayWrite: true, append: flags.contains(.append), remoteView: nil)
+        // Even a file closed without a write (touch) must be uploaded.
+        handle.wrote.store(true, ordering: .relaxed)
+        let id = nextHandle.add(1, ordering: .relaxed).oldValue
+        localFiles.add(handle, as: id)
+        return (entryReply(node), OpenReply(handle: id, keepCache: false))
+    }
+
+    public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply {
+        _ = try requireWriteBack()
+        try checkName(name, in: parent)
+        if try metadata.child(of: parent, named: name) != nil { throw .exists }
+        guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
+        let entry: RemoteEntry
+        do throws(RemoteError) {
+            entry = try remote.createFolder(path: parentPath + "/" + name)
+        } catch {
+            if case .conflict = error { throw .exists }
+            logger.warning("mkdir \(parentPath)/\(name): \(error)")
+            throw Errno(error)
+        }
+        return entryReply(try metadata.insertRemote(entry, under: parent))
+    }
+
+    public func unlink(parent: InodeNumber, name: String) throws(Errno) {
+        let writeBack = try requireWriteBack()
+        guard let node = try metadata.child(of: parent, named: name) else { throw .noEntry }
+        if node.isDirectory { throw .isDirectory }
+        guard let path = metadata.path(of: node.ino) else { throw .noEntry }
+        try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
+        if let file = localFiles.existing(node.ino) {
+            file.withLock { file.unlinked = true; file.writing = false }
+        }
+        metadata.remove(node.ino)
+        localFiles.dropIfIdle(node.ino)
+    }
+
+    public func rmdir(parent: InodeNumber, name: String) throws(Errno) {
+        let writeBack = try requireWriteBack()
+        guard let node = try metadata.child(of: parent, named: name) else { throw .noEntry }
+        guard node.isDirectory else { throw .notDirectory }
+        guard let path = metadata.path(of: node.ino) else { throw .noEntry }
+        // Local children (pending uploads) count, and so does anything on the server now:
+        // Dropbox deletes folders recursively, so emptiness is checked there first.
+        try metadata.ensureListed(node.ino)
+        if metadata.childCount(node.ino) > 0 { throw .notEmpty }
+        var remoteChildren = false
+        do throws(RemoteError) {
+            let page = try remote.listFolder(path: path, recursive: false, limit: 1)
+            remoteChildren = page.changes.contains { if case .upsert = $0 { return true } else { return false } }
+        } catch .notFound {
+        } catch {
+            throw Errno(error)
+        }
+        if remoteChildren {
+            try? metadata.ensureListed(node.ino, maxAge: 0)
+            throw .notEmpty
+        }
+        try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
+        metadata.remove(node.ino)
+    }
+
+    public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags) throws(Errno) {
+        let writeBack = try requireWriteBack()
+        // Dropbox has no atomic exchange of two names.
+        if flags.contains(.exchange) { throw .invalid }
+        try checkName(newName, in: newParent)
+        guard let source = try metadata.child(of: parent, named: name) else { throw .noEntry }
+        var target = try metadata.child(of: newParent, named: newName)
+        if target?.ino == source.ino { target = nil }   // a case-only rename
+        if let target {
+            if flags.contains(.noReplace) { throw .exists }
+            switch (source.isDirectory, target.isDirectory) {
+            case (true, false): throw .notDirectory
+            case (false, true): throw .isDirectory
+            case (true, true):
+                try metadata.ensureListed(target.ino)
+                if metadata.childCount(target.ino) > 0 { throw .notEmpty }
+            case (false, false): break
+            }
+        }
+        guard let from = metadata.path(of: source.ino), let toParent = metadata.path(of: newParent) else { throw .noEntry }
+        let to = toParent + "/" + newName
+        if from == to { return }
+        if source.isDirectory, (to.lowercased() + "/").hasPrefix(from.lowercased() + "/"), from.lowercased() != to.lowercased() {
+            throw .invalid   // into itself
+        }
+        var moved: RemoteEntry?
+        try writeBack.rename(from: from, to: to) { () throws(Errno) -> [String: WriteBase] in
+            if let target, let targetPath = metadata.path(of: target.ino) {
+                try deleteRemote(targetPath, alsoWhenMissing: true)
+            }
+            do throws(RemoteError) {
+                let entry = try remote.move(from: from, to: to)
+                moved = entry
+                if let rev = entry.rev { return [to: .revision(rev)] }
+                return [:]
+            } catch {
+                // A file not uploaded yet only exists here: the engine moves its bytes.
+                if case .notFound = error, !source.isDirectory { return [:] }
+                logger.warning("rename \(from) → \(to): \(error)")
+                if case .conflict = error { throw .exists }
+                throw Errno(error)
+            }
+        }
+        metadata.move(source.ino, to: newParent, name: newName, entry: moved)
+        if let target, let replaced = localFiles.existing(target.ino) {
+            replaced.withLock { replaced.unlinked = true; replaced.writing = false }
+        }
+    }
+
+    private func deleteRemote(_ path: String, alsoWhenMissing: Bool) throws(Errno) {
+        do throws(RemoteError) {
+            try remote.delete(path: path)
+        } catch {
+            if case .notFound = error, alsoWhenMissing { return }
+            logger.warning("delete \(path): \(error)")
+            throw Errno(error)
+        }
+    }
+
+    private func checkName(_ name: String, in parent: InodeNumber) throws(Errno) {
+        do throws(Errno) { try NameRules.check(name) } catch {
+            logger.warning("refused the name \"\(name)\" (\(error)): Dropbox does not accept it")
+            throw error
+        }
+    }
+
+    // MARK: Engine events
+
+    func handleWriteBackEvent(_ event: WriteBackEvent) {
+        switch event {
+        case .committed(let path, _, let entry):
+            let ino = metadata.locked { $0.resolve(path: path) }
+            let file = ino.flatMap { localFiles.existing($0) }
+            let writing = file?.withLock { file!.writing } ?? false
+            let stillDirty = writing || writeBack?.stagingFile(path: path) != nil
+            metadata.applyCommitted(path: path, entry: entry, stillDirty: stillDirty)
+            if !stillDirty, let ino {
+                // Forget the kernel's view of the old rev, and the local file once idle.
+                metadata.clearOpenedRev(ino)
+                localFiles.dropIfIdle(ino)
+            }
+        case .conflicted(let path, let copyPath, _, let entry):
+            logger.warning("conflict: \(path) was changed elsewhere; ours is kept as \(copyPath)")
+            let ino = metadata.locked { $0.resolve(path: path) }
+            if let ino, let file = localFiles.existing(ino) {
+                // The path shows the other version now: a later write starts from that one.
+                file.withLock { if !file.writing { file.staging = nil } }
+            }
+            // The other version, as the server has it now (unknown if the call fails: the next
+            // listing brings it).
+            var remoteVersion: RemoteEntry??
+            do throws(RemoteError) { remoteVersion = .some(try remote.metadata(path: path)) } catch {
+                remoteVersion = nil
+            }
+            metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath)
+        case .failed:
+            break   // the engine logs it; flush, fsync and sync report it
+        }
+    }
+}
