@@ -33,6 +33,9 @@ public final class VFS: FilesystemOperations, Sendable {
     private struct DirectorySnapshot: Sendable {
         var ino: InodeNumber
         var entries: [(name: String, ino: InodeNumber)]
+        /// Taken by opendir and not read from offset 0 yet. A later read from offset 0 (rewinddir
+        /// on a held-open directory) takes a new snapshot, so it sees remote changes.
+        var unread = true
     }
 
     private struct HandleTables: ~Copyable {
@@ -161,6 +164,14 @@ public final class VFS: FilesystemOperations, Sendable {
     /// Offsets: 0 is the start; "." is entry 0, ".." entry 1, child i entry i + 2; each entry's
     /// `nextOffset` is its position + 1. Each call is O(limit), whatever the offset.
     public func readDirectory(_ ino: InodeNumber, handle: HandleID, offset: Int, limit: Int) throws(Errno) -> [DirectoryEntry] {
+        if offset == 0, handles.withLock({ tables in
+            defer { tables.directories[handle]?.unread = false }
+            return tables.directories[handle]?.unread == false
+        }), let fresh = try? metadata.snapshot(of: ino) {
+            handles.withLock { tables in
+                if tables.directories[handle]?.ino == ino { tables.directories[handle]?.entries = fresh }
+            }
+        }
         let page: (children: ArraySlice<(name: String, ino: InodeNumber)>, dots: [Int])? = handles.withLock { tables in
             guard let snapshot = tables.directories[handle], snapshot.ino == ino else { return nil }
             let start = max(offset, 0)
