@@ -151,7 +151,14 @@ public final class ChangeWatcher: Sendable {
             setOnline()
             return
         }
-        let answer = try remote.longpoll(cursor: cursor, timeout: options.longpollTimeout)
+        let answer: (changes: Bool, backoff: Int?)
+        do throws(RemoteError) {
+            answer = try remote.longpoll(cursor: cursor, timeout: options.longpollTimeout)
+        } catch .cursorReset {
+            try relist()
+            setOnline()
+            return
+        }
         if stopping { return }
         setOnline()
         if answer.changes { try readChanges(from: cursor) }

@@ -48,8 +48,10 @@ extension MetadataCache {
                     collectRevs(under: existing, into: &result.staleRevs)
                 } else if let old = node.file {
                     if old.rev == entry.rev && old.size == entry.size && node.name == entry.name {
-                        // Our own upload's echo, or a feed entry we already applied.
+                        // Our own upload's echo, or a feed entry we already applied: nothing for
+                        // the kernel to forget (it is still saved, in case the store lags).
                         table.upsert(entry, under: parent, generation: 0)
+                        result.applied.append(change)
                         return
                     }
                     if old.rev != entry.rev {
@@ -58,7 +60,11 @@ extension MetadataCache {
                     }
                     if node.name != entry.name { result.invalidations.append(.entry(parent: parent, name: node.name)) }
                 } else {
-                    if node.name == entry.name { table.upsert(entry, under: parent, generation: 0); return }
+                    if node.name == entry.name {
+                        table.upsert(entry, under: parent, generation: 0)
+                        result.applied.append(change)
+                        return
+                    }
                     result.invalidations.append(.entry(parent: parent, name: node.name))
                 }
             } else {
