@@ -1,0 +1,283 @@
+/// The change watcher and the metadata store against the in-memory fake, driven one `step()` at
+/// a time (no thread): applying upserts and deletes (with subtrees), what the kernel is told,
+/// own changes and dirty files left alone, a cursor reset costing one relisting, a persisted tree
+/// reloaded with zero list calls, and offline behaviour (fail fast, catch up from the cursor).
+import Foundation
+import Synchronization
+import Testing
+@testable import VFSCache
+
+/// Records what the watcher tells the kernel.
+final class RecordingSink: CacheInvalidationSink {
+    private let items = Mutex<[KernelInvalidation]>([])
+    func invalidate(_ batch: [KernelInvalidation]) { items.withLock { $0 += batch } }
+    var all: [KernelInvalidation] { items.withLock { $0 } }
+    func clear() { items.withLock { $0 = [] } }
+}
+
+/// A remote that fails every call while `down` is set (the network is gone).
+final class SwitchableRemote: RemoteStore, @unchecked Sendable {
+    // @unchecked: `down` is an Atomic; `base` is itself thread-safe.
+    let base: InMemoryRemote
+    let down = Atomic<Bool>(false)
+    init(_ base: InMemoryRemote) { self.base = base }
+    private func check() throws(RemoteError) { if down.load(ordering: .relaxed) { throw .unavailable("network down") } }
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try check(); return try base.metadata(path: path) }
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        try check(); return try base.listFolder(path: path, recursive: recursive, limit: limit)
+    }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try check(); return try base.listFolderContinue(cursor: cursor) }
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try check(); return try base.latestCursor(path: path, recursive: recursive) }
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) {
+        try check(); return try base.longpoll(cursor: cursor, timeout: timeout)
+    }
+    func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        try check(); try base.download(path: path, rev: rev, range: range, sink: sink)
+    }
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        try check(); return try base.upload(file: file, length: length, commit: commit, progress: progress)
+    }
+    func startSession(concurrent: Bool) throws(RemoteError) -> String { try check(); return try base.startSession(concurrent: concurrent) }
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
+        try check(); try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+    }
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try check(); return try base.finishBatch(entries)
+    }
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.createFolder(path: path) }
+    func delete(path: String) throws(RemoteError) { try check(); try base.delete(path: path) }
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.move(from: from, to: to) }
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.copy(from: from, to: to) }
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try check(); return try base.spaceUsage() }
+}
+
+@Suite struct ChangeWatcherTests {
+    private func seeded() -> InMemoryRemote {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/docs/a.txt", "a")
+        remote.externalWrite("/docs/sub/b.txt", "b")
+        remote.externalWrite("/docs/sub/deeper/c.txt", "c")
+        remote.externalWrite("/x.txt", "x")
+        return remote
+    }
+
+    @Test func appliesUpsertsAndDeletesOfSubtrees() throws {
+        let remote = seeded()
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()   // connect: lists the tree once, takes its cursor
+        let docs = try vfs.resolve("/docs")
+        let sub = try vfs.resolve("/docs/sub")
+        let x = try vfs.resolve("/x.txt")
+        #expect(try vfs.readAll(x) == Array("x".utf8))
+        remote.resetCounts()
+
+        remote.externalWrite("/x.txt", "changed")
+        remote.externalWrite("/docs/new.txt", "new")
+        remote.externalDelete("/docs/sub")
+        try watcher.step()   // longpoll wakes at once, then one continue
+
+        #expect(remote.calls("longpoll") == 1)
+        #expect(remote.calls("listFolderContinue") == 1)
+        #expect(try vfs.lookup(parent: docs, name: "new.txt").attributes.size == 3)
+        #expect(try vfs.getattr(x).0.size == 7)
+        #expect(try vfs.readAll(x) == Array("changed".utf8))
+        #expect(throws: Errno.noEntry) { try vfs.lookup(parent: docs, name: "sub") }
+        #expect(try vfs.list(docs).map(\.name).sorted() == [".", "..", "a.txt", "new.txt"])
+        // The subtree is gone from the tree, not only its root.
+        #expect(vfs.metadata.path(of: sub) == nil)
+        #expect(!vfs.metadata.exportTree().entries.contains { $0.pathDisplay.hasPrefix("/docs/sub") })
+        // No listing or metadata calls: the feed alone brought all of it.
+        #expect(remote.calls("listFolder") == 0 && remote.calls("metadata") == 0)
+
+        let told = Set(sink.all)
+        #expect(told.contains(.inode(x)))
+        #expect(told.contains(.entry(parent: docs, name: "new.txt")))
+        #expect(told.contains(.deleted(parent: docs, child: sub, name: "sub")))
+        #expect(watcher.statistics.batches == 1)
+    }
+
+    @Test func ownChangesAndDuplicatesCauseNoInvalidation() throws {
+        let remote = seeded()
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        // What the write-back engine does after committing our own upload of /x.txt.
+        let committed = remote.externalWrite("/x.txt", Array("ours".utf8))
+        vfs.metadata.applyCommitted(path: "/x.txt", entry: committed, stillDirty: false)
+        try watcher.step()   // the feed echoes the commit
+        #expect(watcher.statistics.changesApplied == 1)
+        #expect(sink.all.isEmpty)
+        #expect(try vfs.getattr(x).0.size == 4)
+    }
+
+    @Test func dirtyFilesKeepTheirLocalState() throws {
+        let remote = seeded()
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        vfs.metadata.setLocal(x, size: 99)   // pending local writes
+        remote.externalWrite("/x.txt", "remote edit")
+        remote.externalWrite("/other.txt", "o")
+        try watcher.step()
+        #expect(try vfs.getattr(x).0.size == 99)
+        #expect(vfs.metadata.node(x)?.local == .dirty)
+        #expect(!sink.all.contains(.inode(x)))
+        remote.externalDelete("/x.txt")
+        try watcher.step()
+        #expect(vfs.metadata.node(x)?.isAttached == true)
+    }
+
+    @Test func aCursorResetRelistsOnce() throws {
+        let remote = seeded()
+        for i in 0..<50 { remote.externalWrite("/many/f\(i).txt", "\(i)") }
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        let a = try vfs.resolve("/docs/a.txt")
+        remote.resetCounts()
+        remote.invalidateCursors()
+        remote.externalWrite("/x.txt", "after reset")
+        remote.externalDelete("/docs/a.txt")
+        try watcher.step()   // longpoll answers reset → one recursive listing
+        #expect(remote.calls("listFolder") == 1)
+        #expect(remote.calls("metadata") == 0)
+        #expect(watcher.statistics.relists == 1)
+        #expect(try vfs.getattr(x).0.size == 11)
+        #expect(Set(sink.all).contains(.inode(x)))
+        #expect(Set(sink.all).contains { if case .deleted(_, a, "a.txt") = $0 { true } else { false } })
+        // The new cursor works: the next change comes through the feed again.
+        remote.externalWrite("/late.txt", "l")
+        try watcher.step()
+        #expect(try vfs.lookup(parent: rootInode, name: "late.txt").attributes.size == 1)
+        #expect(remote.calls("listFolder") == 1)
+    }
+
+    @Test func aPersistedTreeReloadsWithZeroListCalls() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = seeded()
+        for i in 0..<300 { remote.externalWrite("/many/f\(i).txt", "\(i)") }
+        do {
+            let store = try MetadataStore(directory: directory)
+            defer { store.close() }
+            let vfs = try makeVFS(remote)
+            let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: store)
+            try watcher.step()   // lists and saves the tree
+            remote.externalDelete("/docs/sub")
+            remote.externalWrite("/docs/a.txt", "a2")
+            try watcher.step()   // saved incrementally
+            #expect(try store.entryCount() == 304)   // docs, a.txt, x.txt, many and its 300 files
+        }
+        remote.externalWrite("/while-away.txt", "w")
+        remote.resetCounts()
+
+        let store = try MetadataStore(directory: directory)
+        defer { store.close() }
+        let clock = ManualClock()
+        let vfs = try makeVFS(remote, clock: clock)
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: store)
+        #expect(watcher.loadPersistedTree() == 304)
+        // Before any call: the whole tree answers from the store.
+        let many = try vfs.resolve("/many")
+        #expect(try vfs.list(many).count == 302)
+        #expect(try vfs.getattr(try vfs.resolve("/docs/a.txt")).0.size == 2)
+        #expect(throws: Errno.noEntry) { try vfs.resolve("/docs/sub") }
+        #expect(remote.calls("listFolder") + remote.calls("listFolderContinue") + remote.calls("metadata") == 0)
+        try watcher.step()   // the one delta check
+        #expect(remote.calls("listFolderContinue") == 1 && remote.calls("listFolder") == 0)
+        #expect(try vfs.lookup(parent: rootInode, name: "while-away.txt").attributes.size == 1)
+        clock.advance(3600)   // watched: no TTL refresh however old
+        _ = try vfs.list(many)
+        #expect(remote.calls("listFolder") + remote.calls("listFolderContinue") + remote.calls("metadata") == 1)
+    }
+
+    @Test func offlineServesCachedDataFailsFastAndCatchesUp() throws {
+        let base = seeded()
+        let remote = SwitchableRemote(base)
+        let offline = OfflineState()
+        let vfs = try makeVFS(OfflineGatedRemote(remote, state: offline))
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil, offline: offline)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        #expect(try vfs.readAll(x) == Array("x".utf8))
+        let a = try vfs.resolve("/docs/a.txt")
+
+        remote.down.store(true, ordering: .relaxed)
+        #expect(throws: RemoteError.self) { try watcher.step() }
+        watcher.startOffline(reason: "network down")   // what the run loop does on that failure
+        #expect(watcher.isOffline)
+        base.resetCounts()
+        let started = Date()
+        #expect(try vfs.readAll(x) == Array("x".utf8))                 // cached block
+        #expect(try vfs.list(rootInode).count == 4)                     // cached tree
+        #expect(throws: Errno.io) { try vfs.readAll(a) }                // never read: fails at once
+        #expect(Date().timeIntervalSince(started) < 1)
+        #expect(base.calls("download") == 0)
+
+        base.externalWrite("/while-offline.txt", "w")
+        remote.down.store(false, ordering: .relaxed)
+        try watcher.step()   // same cursor: the change made while offline arrives
+        #expect(!watcher.isOffline)
+        #expect(try vfs.lookup(parent: rootInode, name: "while-offline.txt").attributes.size == 1)
+        #expect(try vfs.readAll(a) == Array("a".utf8))
+    }
+
+    @Test func theThreadStopsPromptly() throws {
+        let remote = seeded()
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        watcher.start()
+        let deadline = Date().addingTimeInterval(5)
+        while remote.calls("longpoll") == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        remote.externalWrite("/pushed.txt", "p")
+        while watcher.statistics.batches == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(watcher.statistics.batches >= 1)
+        let started = Date()
+        watcher.stop()   // the thread sits in a 30 s longpoll
+        #expect(Date().timeIntervalSince(started) < 1)
+        let applied = watcher.statistics.batches
+        remote.externalWrite("/after-stop.txt", "s")
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(watcher.statistics.batches == applied)
+    }
+}
+
+@Suite struct MetadataStoreTests {
+    @Test func savesAppliesAndReloads() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let date = Date(timeIntervalSince1970: 1_700_000_000)
+        func file(_ path: String, _ rev: String, size: UInt64 = 1) -> RemoteEntry {
+            RemoteEntry(id: "id:" + path, name: String(path.split(separator: "/").last!), pathLower: path.lowercased(),
+                        pathDisplay: path, kind: .file(size: size, rev: rev, contentHash: "h", clientModified: date, serverModified: date))
+        }
+        func folder(_ path: String) -> RemoteEntry {
+            RemoteEntry(id: "id:" + path, name: String(path.split(separator: "/").last!), pathLower: path.lowercased(),
+                        pathDisplay: path, kind: .folder)
+        }
+        let store = try MetadataStore(directory: directory)
+        #expect(try store.cursor() == nil)
+        try store.replaceAll([folder("/A"), file("/A/x_%.txt", "1"), folder("/A/B"), file("/A/B/y", "2"), folder("/AB"), file("/AB/z", "3")],
+                             cursor: "c1")
+        try store.apply([.upsert(file("/A/x_%.txt", "9", size: 5)), .deleted(pathLower: "/a/b", pathDisplay: "/A/B")], cursor: "c2")
+        store.close()
+
+        let again = try MetadataStore(directory: directory)
+        defer { again.close() }
+        #expect(try again.cursor() == "c2")
+        let entries = try again.loadEntries()
+        // The subtree of /A/B is gone, its sibling /AB (a prefix lookalike) is not.
+        #expect(entries.map(\.pathDisplay) == ["/A", "/A/x_%.txt", "/AB", "/AB/z"])
+        #expect(entries[1].rev == "9" && entries[1].size == 5 && entries[1].name == "x_%.txt")
+        #expect(entries[1].contentHash == "h" && entries[0].isFolder)
+    }
+}
