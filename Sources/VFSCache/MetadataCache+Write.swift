@@ -21,7 +21,7 @@ extension MetadataCache {
             let ino = table.nextIno
             table.nextIno += 1
             var node = Node(ino: ino, parent: parent, name: name, key: key,
-                            kind: .file(Node.FileMetadata(size: 0, rev: "", contentHash: nil, modified: modified)), id: nil)
+                            kind: .file(Node.FileMetadata(size: 0, rev: "", contentHash: nil, modified: Self.wholeSeconds(modified))), id: nil)
             node.local = .dirty
             node.lookupCount = 1
             table.nodes[ino] = node
@@ -36,7 +36,7 @@ extension MetadataCache {
         locked { table in
             guard var node = table.nodes[ino], var file = node.file else { return }
             file.size = size
-            if let modified { file.modified = modified }
+            if let modified { file.modified = Self.wholeSeconds(modified) }
             node.kind = .file(file)
             node.local = .dirty
             table.nodes[ino] = node
@@ -121,6 +121,12 @@ extension MetadataCache {
             table.nodes[newParent]!.children[key] = ino
             table.nodes[newParent]!.negatives[key] = nil
         }
+    }
+
+    /// Dropbox keeps client_modified in whole seconds: local times are shown the same way, so a
+    /// file's mtime does not jump when its commit lands (vim, make and rsync compare mtimes).
+    static func wholeSeconds(_ date: Date) -> Date {
+        Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
     }
 
     /// Number of children a folder has in the tree (after a fresh listing, for rmdir).

@@ -1,0 +1,471 @@
+"""The write side, end to end: the real dbxfs binary mounts a fresh (empty) emulator, ordinary
+tools write through it, `dbxfs sync` waits for the uploads, and every result is checked through
+the emulator's API, never through the mount. Mounts are always unmounted and reaped
+(mount_support.Mount), even when a test fails; the kill -9 tests unmount the dead mount with
+fusermount3 -uz.
+"""
+
+import errno
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount
+
+BLOCK = 4 << 20
+
+
+def content_hash(data):
+    return hashlib.sha256(b"".join(hashlib.sha256(data[i:i + BLOCK]).digest()
+                                   for i in range(0, len(data), BLOCK))).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def wemu(tmp_path_factory):
+    """An empty emulator of this module's own, so writes never disturb the read tests' seed."""
+    emu = Emulator(tmp_path_factory.mktemp("write-emulator") / "data", token=TOKEN).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def writer(dbxfs_binary, wemu, tmp_path):
+    """A mount of the write emulator with a fresh cache directory; remount() keeps that cache."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    state = {}
+
+    def start():
+        m = Mount(dbxfs_binary, mnt, dropbox_args(wemu, tmp_path / "cache"), env=dropbox_env())
+        state["mount"] = m
+        return m.start()
+
+    start()
+    yield WriteMount(dbxfs_binary, wemu, mnt, state, start)
+    state["mount"].stop()
+    force_unmount(str(mnt))
+
+
+class WriteMount:
+    def __init__(self, binary, emu, path, state, start):
+        self.binary, self.emu, self.path, self._state, self._start = binary, emu, Path(path), state, start
+
+    @property
+    def mount(self):
+        return self._state["mount"]
+
+    def sync(self, timeout=300):
+        result = subprocess.run([self.binary, "sync", str(self.path)], capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, result.stdout + result.stderr + self.mount.read_log()
+        return result
+
+    def kill9(self):
+        """kill -9 of the daemon, then the dead mount is detached."""
+        proc = self.mount.proc
+        proc.kill()
+        proc.wait()
+        force_unmount(str(self.path))
+
+    def remount(self):
+        self.mount.stop()
+        return self._start()
+
+
+# ----- checks through the emulator's API -----
+
+def remote_files(emu, root):
+    """path_lower relative to `root` → entry, for every file under `root` (recursive)."""
+    page = emu.api("files/list_folder", {"path": root, "recursive": True})
+    entries = list(page["entries"])
+    while page["has_more"]:
+        page = emu.api("files/list_folder/continue", {"cursor": page["cursor"]})
+        entries += page["entries"]
+    prefix = len(root.lower()) + 1
+    return {e["path_lower"][prefix:]: e for e in entries if e[".tag"] == "file"}
+
+
+def local_files(directory):
+    directory = Path(directory)
+    return {str(p.relative_to(directory)): p for p in sorted(directory.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def assert_remote_matches(emu, local_dir, root):
+    """The files under `root` on the emulator are exactly those of `local_dir`, byte for byte."""
+    remote = remote_files(emu, root)
+    local = local_files(local_dir)
+    assert sorted(remote) == sorted(name.lower() for name in local)
+    for name, path in local.items():
+        data = path.read_bytes()
+        entry = remote[name.lower()]
+        assert entry["size"] == len(data), name
+        assert entry["content_hash"] == content_hash(data), name
+
+
+def make_tree(root, files=40, seed=1):
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        sub = root / f"dir{i % 4}" / ("deep" if i % 3 == 0 else "")
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"file{i}.bin").write_bytes(rng.randbytes(rng.choice([0, 1, 100, 5000, 70_000, 300_000])))
+    (root / "Ünïcödé ☃.txt").write_text("snow\n")
+    return root
+
+
+# ----- ordinary tools -----
+
+def test_cp_r_then_diff(writer, tmp_path):
+    src = make_tree(tmp_path / "src")
+    subprocess.run(["cp", "-r", str(src), str(writer.path / "copied")], check=True)
+    assert subprocess.run(["diff", "-r", str(src), str(writer.path / "copied")]).returncode == 0
+    writer.sync()
+    assert_remote_matches(writer.emu, src, "/copied")
+
+
+def test_rsync_twice_with_changes(writer, tmp_path):
+    src = make_tree(tmp_path / "src", seed=2)
+    dst = str(writer.path / "rsynced") + "/"
+    subprocess.run(["rsync", "-a", str(src) + "/", dst], check=True)
+    # Changes: one file edited, one added, one removed; rsync writes temp files and renames them.
+    (src / "dir1" / "file1.bin").write_bytes(b"changed" * 1000)
+    (src / "dir2" / "new.txt").write_text("new\n")
+    (src / "dir3" / "file7.bin").unlink()
+    subprocess.run(["rsync", "-a", "--delete", str(src) + "/", dst], check=True)
+    writer.sync()
+    assert_remote_matches(writer.emu, src, "/rsynced")
+    # A third run finds nothing to copy: sizes and modification times survived the round trip.
+    third = subprocess.run(["rsync", "-ai", "--delete", str(src) + "/", dst], check=True, capture_output=True, text=True)
+    assert not [line for line in third.stdout.splitlines() if line.startswith(">f")], third.stdout
+
+
+def test_tar_x(writer, tmp_path):
+    src = make_tree(tmp_path / "src", files=60, seed=3)
+    archive = tmp_path / "a.tar"
+    subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
+    (writer.path / "untarred").mkdir()
+    subprocess.run(["tar", "-C", str(writer.path / "untarred"), "-xf", str(archive)], check=True)
+    writer.sync()
+    assert_remote_matches(writer.emu, src, "/untarred")
+    # tar restored the modification times (client_modified).
+    entry = writer.emu.api("files/get_metadata", {"path": "/untarred/dir1/file1.bin"})
+    assert entry["client_modified"].startswith(time.strftime("%Y-%m-%dT%H:%M", time.gmtime((src / "dir1" / "file1.bin").stat().st_mtime)))
+
+
+def test_git_init_add_commit_and_clone(writer, tmp_path):
+    repo = writer.path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=T", "-c", "init.defaultBranch=main"]
+    subprocess.run(git + ["init", "-q", str(repo)], check=True)
+    (repo / "README.md").write_text("# hello\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    subprocess.run(git + ["-C", str(repo), "add", "."], check=True)
+    subprocess.run(git + ["-C", str(repo), "commit", "-qm", "first"], check=True)
+    (repo / "README.md").write_text("# hello again\n")
+    subprocess.run(git + ["-C", str(repo), "commit", "-qam", "second"], check=True)
+    assert subprocess.run(git + ["-C", str(repo), "fsck", "--no-progress"], capture_output=True).returncode == 0
+    clone = tmp_path / "clone"
+    subprocess.run(git + ["clone", "-q", str(repo), str(clone)], check=True)
+    assert (clone / "README.md").read_text() == "# hello again\n"
+    writer.sync()
+    # The repository is on Dropbox too: clone it from a copy made through the API.
+    copy = tmp_path / "from-api"
+    for name, entry in remote_files(writer.emu, "/repo").items():
+        target = copy / entry["path_display"][len("/repo/"):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(writer.emu.download(entry["path_display"]))
+    log = subprocess.run(git + ["-C", str(copy), "log", "--format=%s"], check=True, capture_output=True, text=True).stdout
+    assert log.split() == ["second", "first"]
+
+
+def test_vim_edit_and_save(writer):
+    target = writer.path / "notes.txt"
+    target.write_text("alpha\nbeta\n")
+    result = subprocess.run(["vim", "-es", "-u", "NONE", "-c", "set backup writebackup", "-c", "%s/beta/gamma/",
+                             "-c", "wq", str(target)], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0, result
+    writer.sync()
+    assert writer.emu.download("/notes.txt") == b"alpha\ngamma\n"
+    names = remote_files(writer.emu, "")
+    assert not [n for n in names if n.endswith(".swp")], names
+
+
+def test_sqlite_database_created_and_updated(writer):
+    db = str(writer.path / "data.sqlite")
+    subprocess.run(["sqlite3", db, "create table t(x integer); insert into t values (1), (2);"], check=True)
+    subprocess.run(["sqlite3", db, "insert into t values (3); update t set x = x * 10;"], check=True)
+    out = subprocess.run(["sqlite3", db, "select sum(x) from t;"], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "60"
+    writer.sync()
+    local = Path(db).read_bytes()
+    assert writer.emu.download("/data.sqlite") == local
+
+
+def test_append_and_truncate(writer):
+    path = writer.path / "log.txt"
+    subprocess.run(["sh", "-c", f"echo one >> '{path}'; echo two >> '{path}'; echo three >> '{path}'"], check=True)
+    assert path.read_text() == "one\ntwo\nthree\n"
+    writer.sync()
+    assert writer.emu.download("/log.txt") == b"one\ntwo\nthree\n"
+    subprocess.run(["truncate", "-s", "4", str(path)], check=True)
+    assert path.stat().st_size == 4
+    subprocess.run(["sh", "-c", f"echo four >> '{path}'"], check=True)
+    subprocess.run(["truncate", "-s", "20", str(path)], check=True)  # sparse extension
+    writer.sync()
+    assert writer.emu.download("/log.txt") == b"one\nfour\n" + b"\0" * 11
+
+
+def test_random_and_sparse_writes_and_rdwr_without_truncate(writer):
+    original = random.Random(5).randbytes(3 * BLOCK + 123)
+    writer.emu.upload("/rw.bin", original)
+    expected = bytearray(original)
+    with open(writer.path / "rw.bin", "r+b") as f:     # O_RDWR, no O_TRUNC: the old bytes stay
+        for offset in (5, BLOCK - 2, 2 * BLOCK + 7):
+            f.seek(offset)
+            f.write(b"XYZ")
+            expected[offset:offset + 3] = b"XYZ"
+        f.seek(len(expected) + 1000)                  # past the end: a hole of zeros
+        f.write(b"tail")
+        expected += b"\0" * 1000 + b"tail"
+        f.seek(0)
+        assert f.read() == bytes(expected)
+    assert (writer.path / "rw.bin").read_bytes() == bytes(expected)
+    writer.sync()
+    assert writer.emu.download("/rw.bin") == bytes(expected)
+
+
+def test_mv_across_folders_and_rm_r(writer, tmp_path):
+    src = make_tree(tmp_path / "src", files=12, seed=6)
+    subprocess.run(["cp", "-r", str(src), str(writer.path / "a")], check=True)
+    (writer.path / "b").mkdir()
+    subprocess.run(["mv", str(writer.path / "a" / "dir1"), str(writer.path / "b" / "moved")], check=True)
+    subprocess.run(["mv", str(writer.path / "a" / "dir2" / "file2.bin"), str(writer.path / "b" / "f2.bin")], check=True)
+    # Onto an existing file: replaced, as the user sees it.
+    subprocess.run(["mv", str(writer.path / "b" / "f2.bin"), str(writer.path / "a" / "dir0" / "file4.bin")], check=True)
+    writer.sync()
+    remote = remote_files(writer.emu, "")
+    assert "b/moved/file1.bin" in remote and "a/dir1/file1.bin" not in remote
+    assert writer.emu.download("/a/dir0/file4.bin") == (src / "dir2" / "file2.bin").read_bytes()
+    subprocess.run(["rm", "-r", str(writer.path / "a")], check=True)
+    writer.sync()
+    remote = remote_files(writer.emu, "")
+    assert not [n for n in remote if n.startswith("a/")]
+    with pytest.raises(Exception):
+        writer.emu.api("files/get_metadata", {"path": "/a"})
+
+
+def test_rename_flags_and_case_only_rename(writer):
+    (writer.path / "x.txt").write_text("x")
+    (writer.path / "y.txt").write_text("y")
+    # A direct case-only rename never reaches the filesystem: lookups ignore case, so the kernel
+    # sees one file under both names and rename(2) succeeds without doing anything
+    # (docs/SEMANTICS.md). Through a temporary name it works.
+    os.rename(writer.path / "x.txt", writer.path / "X.txt")
+    os.rename(writer.path / "x.txt", writer.path / "x.tmp")
+    os.rename(writer.path / "x.tmp", writer.path / "X.txt")
+    assert "X.txt" in os.listdir(writer.path)
+    renameat2 = _renameat2()
+    if renameat2:
+        assert renameat2(str(writer.path / "X.txt"), str(writer.path / "y.txt"), 1) == -errno.EEXIST   # NOREPLACE
+        assert renameat2(str(writer.path / "X.txt"), str(writer.path / "y.txt"), 2) == -errno.EINVAL   # EXCHANGE
+    writer.sync()
+    assert writer.emu.api("files/get_metadata", {"path": "/x.txt"})["name"] == "X.txt"
+    assert writer.emu.download("/y.txt") == b"y"
+
+
+def _renameat2():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        return None
+
+    def call(a, b, flags):
+        r = libc.renameat2(-100, a.encode(), -100, b.encode(), flags)
+        return -ctypes.get_errno() if r != 0 else 0
+    return call
+
+
+def test_rmdir_is_never_recursive(writer):
+    (writer.path / "full").mkdir()
+    (writer.path / "full" / "local.txt").write_text("pending or not")
+    with pytest.raises(OSError) as err:
+        os.rmdir(writer.path / "full")
+    assert err.value.errno == errno.ENOTEMPTY
+    # A folder that only has a child on the server (the mount has not seen it yet).
+    (writer.path / "remote-full").mkdir()
+    writer.emu.upload("/remote-full/other.txt", b"someone else's")
+    with pytest.raises(OSError) as err:
+        os.rmdir(writer.path / "remote-full")
+    assert err.value.errno == errno.ENOTEMPTY
+    assert writer.emu.download("/remote-full/other.txt") == b"someone else's"
+    (writer.path / "empty").mkdir()
+    os.rmdir(writer.path / "empty")
+    writer.sync()
+    with pytest.raises(Exception):
+        writer.emu.api("files/get_metadata", {"path": "/empty"})
+
+
+def test_names_refused_and_too_long(writer):
+    for name in ("desktop.ini", "Thumbs.db", ".DS_Store", ".dropbox", ".dropbox.attr", "Icon\r"):
+        with pytest.raises(OSError) as err:
+            open(writer.path / name, "w").close()
+        assert err.value.errno == errno.EINVAL, name
+    with pytest.raises(OSError) as err:
+        open(writer.path / ("n" * 256), "w").close()
+    assert err.value.errno == errno.ENAMETOOLONG
+    with pytest.raises(OSError) as err:
+        os.open(os.fsencode(str(writer.path)) + b"/bad\xff.txt", os.O_CREAT | os.O_WRONLY)
+    assert err.value.errno == errno.EILSEQ
+    open(writer.path / ("n" * 255), "w").close()
+    writer.sync()
+    assert writer.emu.api("files/get_metadata", {"path": "/" + "n" * 255})["size"] == 0
+
+
+def test_fsync_returns_once_committed(writer):
+    with open(writer.path / "synced.bin", "wb") as f:
+        f.write(b"durable" * 1000)
+        f.flush()
+        os.fsync(f.fileno())
+        # No dbxfs sync: fsync alone promised it is on Dropbox.
+        assert writer.emu.download("/synced.bin") == b"durable" * 1000
+
+
+def test_read_your_writes_before_the_upload(writer):
+    writer.emu.config(latency_ms=300)
+    try:
+        data = random.Random(7).randbytes(200_000)
+        (writer.path / "pending.bin").write_bytes(data)
+        assert (writer.path / "pending.bin").stat().st_size == len(data)
+        # Drop the kernel's caches: the bytes must come from the staging file.
+        subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], capture_output=True)
+        assert (writer.path / "pending.bin").read_bytes() == data
+        assert "pending.bin" in os.listdir(writer.path)
+    finally:
+        writer.emu.config(latency_ms=0)
+    writer.sync()
+    assert writer.emu.download("/pending.bin") == data
+
+
+def test_eight_concurrent_writers(writer):
+    payloads = {f"w{i}.bin": random.Random(100 + i).randbytes(random.Random(i).choice([10_000, 3_000_000, 9_000_000]))
+                for i in range(8)}
+    errors = []
+
+    def write(name, data):
+        try:
+            with open(writer.path / "conc" / name, "wb") as f:
+                for i in range(0, len(data), 65536):
+                    f.write(data[i:i + 65536])
+        except Exception as e:   # noqa: BLE001
+            errors.append(e)
+
+    (writer.path / "conc").mkdir()
+    threads = [threading.Thread(target=write, args=item) for item in payloads.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    writer.sync()
+    for name, data in payloads.items():
+        assert writer.emu.download("/conc/" + name) == data
+
+
+def test_large_file(writer, tmp_path):
+    size = 256 << 20
+    src = tmp_path / "large.bin"
+    with open(src, "wb") as f:
+        f.write(os.urandom(size))
+    subprocess.run(["cp", str(src), str(writer.path / "large.bin")], check=True)
+    writer.sync()
+    entry = writer.emu.api("files/get_metadata", {"path": "/large.bin"})
+    assert entry["size"] == size
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        blocks = [hashlib.sha256(f.read(BLOCK)).digest() for _ in range(size // BLOCK)]
+    assert entry["content_hash"] == hashlib.sha256(b"".join(blocks)).hexdigest()
+
+
+def test_conflict_while_open_keeps_both(writer):
+    writer.emu.upload("/shared.txt", b"original\n")
+    deadline = time.monotonic() + 10       # the change watcher brings it to the mount
+    while time.monotonic() < deadline and not (writer.path / "shared.txt").exists():
+        time.sleep(0.1)
+    assert (writer.path / "shared.txt").read_text() == "original\n"
+    with open(writer.path / "shared.txt", "r+") as f:
+        f.seek(0, 2)
+        f.write("ours\n")
+        f.flush()
+        # Someone else changes the file on Dropbox meanwhile.
+        writer.emu.upload("/shared.txt", b"theirs\n", mode="overwrite")
+    writer.sync()
+    assert writer.emu.download("/shared.txt") == b"theirs\n"
+    copies = [e for n, e in remote_files(writer.emu, "").items() if n.startswith("shared (conflicted copy ")]
+    assert len(copies) == 1, copies
+    assert writer.emu.download(copies[0]["path_display"]) == b"original\nours\n"
+    # The mount shows both.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not [n for n in os.listdir(writer.path) if "conflicted copy" in n]:
+        time.sleep(0.2)
+    assert [n for n in os.listdir(writer.path) if n.startswith("shared (conflicted copy ")]
+
+
+def test_faults_during_a_copy_of_500_files_all_arrive_once(writer, tmp_path):
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(500):
+        (src / f"f{i:03d}.txt").write_bytes(f"file {i}\n".encode() * (i % 7 + 1))
+    writer.emu.reset_stats()
+    writer.emu.config(fail_rate=0.05, reset_rate=0.03, rate_limit=400)
+    try:
+        subprocess.run(["cp", "-r", str(src), str(writer.path / "many")], check=True)
+        writer.sync(timeout=600)
+    finally:
+        writer.emu.config(fail_rate=0, reset_rate=0, rate_limit=0)
+    faults = writer.emu.stats()["faults"]
+    assert faults["fail"] + faults["reset"] + faults["rate_limited"] > 0, faults
+    remote = remote_files(writer.emu, "/many")
+    assert len(remote) == 500
+    assert_remote_matches(writer.emu, src, "/many")
+    assert not [n for n in remote if "conflicted copy" in n]
+
+
+# ----- crash safety -----
+
+def test_kill9_during_write_back_then_remount_loses_nothing(writer):
+    """Ten kill points: files are written and closed, the daemon is killed at a random moment of
+    their write-back, remounted on the same cache directory, and `dbxfs sync` must bring every
+    byte to Dropbox."""
+    rng = random.Random(9)
+    expected = {}
+    writer.emu.config(latency_ms=40)
+    try:
+        for round_ in range(10):
+            d = writer.path / f"k{round_}"
+            d.mkdir()
+            for i in range(12):
+                data = rng.randbytes(rng.choice([1, 3000, 40_000, 600_000]))
+                (d / f"f{i}.bin").write_bytes(data)
+                expected[f"/k{round_}/f{i}.bin"] = data
+            big = rng.randbytes(9 << 20)         # one session upload (over the 8 MiB threshold)
+            (d / "big.bin").write_bytes(big)
+            expected[f"/k{round_}/big.bin"] = big
+            # Close has returned for every file: now kill at some point of the upload.
+            time.sleep(rng.uniform(0, 0.8))
+            writer.kill9()
+            writer.remount()
+    finally:
+        writer.emu.config(latency_ms=0)
+    writer.sync(timeout=600)
+    for path, data in expected.items():
+        assert writer.emu.download(path) == data, path
+    names = remote_files(writer.emu, "")
+    assert not [n for n in names if "conflicted copy" in n and n.startswith("k")]
+    assert len([n for n in names if n.startswith("k")]) == len(expected)
