@@ -9,7 +9,7 @@ import Foundation
 
 struct InodeTable {
     // Internal (not private) so the write side (InodeTable+Write.swift) can add local nodes.
-    var nodes: [InodeNumber: Node] = [:]
+    var nodes = NodeStorage()
     var nextIno: InodeNumber = rootInode + 1
     /// Bumped by every complete listing, for mark-and-sweep.
     private var currentGeneration: UInt64 = 0
