@@ -16,8 +16,18 @@ struct Node: Sendable {
     struct FileMetadata: Sendable, Equatable {
         var size: UInt64
         var rev: String
-        var contentHash: String?
+        /// Dropbox's content hash, as 64 hex digits (stored as 32 bytes: see `CompactHash`).
+        var contentHash: String? {
+            get { storedHash?.text }
+            set { storedHash = newValue.map(CompactHash.init) }
+        }
         var modified: Date
+        private var storedHash: CompactHash?
+
+        init(size: UInt64, rev: String, contentHash: String?, modified: Date) {
+            self.size = size; self.rev = rev; self.modified = modified
+            self.storedHash = contentHash.map(CompactHash.init)
+        }
     }
 
     /// Where the node's truth lives.
