@@ -47,9 +47,9 @@ public struct VFSConfig: Sendable {
     /// Unit of download and caching. Changing it starts a fresh disk cache (blocks are keyed by it).
     public var blockSize: Int = 4 << 20
     /// Largest read-ahead window; it starts at two blocks and doubles while reads stay sequential.
-    public var readAheadMaxBytes: Int = 64 << 20
+    public var readAheadMaxBytes: Int = 128 << 20
     /// Threads (and so parallel ranged downloads) used for read-ahead.
-    public var readAheadParallelism: Int = 8
+    public var readAheadParallelism: Int = 16
     /// Sequential bytes a handle must read before read-ahead starts (a read at offset 0 counts).
     public var prefetchThreshold: Int = 256 << 10
     /// Check whole-file sequential reads against Dropbox's content_hash.
