@@ -80,6 +80,11 @@ extension WriteBackEngine {
         for var job in jobs {
             guard isCurrent(job) else { finishLocked(job); continue }
             job.record.state = .committing
+            // Remember what we send: if the reply is lost, a later conflict may be our own bytes.
+            if let hash = job.record.contentHash, !job.record.sentHashes.contains(hash) {
+                job.record.sentHashes.append(hash)
+                if job.record.sentHashes.count > 8 { job.record.sentHashes.removeFirst() }
+            }
             live.append(job)
         }
         do {
@@ -89,15 +94,7 @@ extension WriteBackEngine {
             for job in live { finishLocked(job) }
             return []
         }
-        for job in live {
-            let dirty = files[job.key]!
-            dirty.record = job.record
-            // Remember what we sent: if the reply is lost, a later conflict may be our own bytes.
-            if let hash = job.record.contentHash, !dirty.sentHashes.contains(hash) {
-                dirty.sentHashes.append(hash)
-                if dirty.sentHashes.count > 8 { dirty.sentHashes.removeFirst() }
-            }
-        }
+        for job in live { files[job.key]!.record = job.record }
         return live
     }
 
@@ -202,7 +199,7 @@ extension WriteBackEngine {
     private func rebaseOnOwnEarlierCommit(_ job: UploadJob, hash: String, rev: String) -> Bool {
         condition.lock(); defer { condition.unlock() }
         guard isCurrent(job), let dirty = files[job.key], var record = dirty.record,
-              dirty.sentHashes.contains(hash), record.base != .revision(rev) else { return false }
+              record.sentHashes.contains(hash), record.base != .revision(rev) else { return false }
         defer { finishLocked(job) }
         WriteBackLog.info("\(record.path): an earlier upload of ours landed unseen (rev \(rev)); committing over it")
         record.base = .revision(rev)
@@ -279,7 +276,12 @@ extension WriteBackEngine {
     /// Clears the job's in-flight marker (lock held) and wakes the dispatcher and waiters.
     func finishLocked(_ job: UploadJob) {
         guard !job.active.finished.exchange(true, ordering: .relaxed) else { return }
-        if let dirty = files[job.key], dirty.active === job.active { dirty.active = nil }
+        if let dirty = files[job.key], dirty.active === job.active {
+            dirty.active = nil
+        } else if let dirty = files.values.first(where: { $0.active === job.active }) {
+            // Moved under another key meanwhile: clear it wherever it is, or it would block forever.
+            dirty.active = nil
+        }
         if job.active.large { activeLargeUploads -= 1 }
         condition.broadcast()
     }

@@ -50,8 +50,8 @@ extension WriteBackEngine {
         guard !target.sealed else { return }
         target.sealed = true
         if window === target { window = nil }
-        if !target.started, let job = target.jobs.first {
-            jobPool.submit { self.runSingleUpload(job) }
+        if !target.started {
+            for job in target.jobs { jobPool.submit { self.runSingleUpload(job) } }
         } else if target.outstanding == 0 {
             jobPool.submit { self.commitBatch(target) }
         }
@@ -103,7 +103,13 @@ extension WriteBackEngine {
         condition.lock()
         let failures = target.jobs.compactMap { job in target.failures[job.key].map { (job, $0) } }
         let ready = target.jobs.compactMap { job in target.sessions[job.key].map { (job, $0) } }
+        // Every job of the window must end here, even one without a recorded outcome.
+        let orphans = target.jobs.filter { target.sessions[$0.key] == nil && target.failures[$0.key] == nil }
         condition.unlock()
+        for job in orphans {
+            WriteBackLog.error("internal: \(job.record.path) reached its batch commit without an upload outcome")
+            complete(job, .failure(.other("no upload outcome")))
+        }
         for (job, error) in failures { complete(job, .failure(error)) }
         var start = 0
         while start < ready.count {

@@ -54,6 +54,9 @@ struct UploadRecord: Sendable, Equatable {
     var commitPath: String?
     var lastError: String?
     var attempts = 0
+    /// Content hashes of our last commits of this file whose replies may have been lost: a later
+    /// conflict whose remote bytes match one of them is our own earlier version, not someone else's.
+    var sentHashes: [String] = []
 }
 
 /// A conflict that was resolved by keeping both versions.
@@ -85,7 +88,8 @@ final class UploadJournal: Sendable {
                 commit_path TEXT,
                 last_error TEXT,
                 attempts INTEGER NOT NULL DEFAULT 0,
-                updated_at REAL NOT NULL);
+                updated_at REAL NOT NULL,
+                sent_hashes TEXT NOT NULL DEFAULT '');
             CREATE TABLE IF NOT EXISTS upload_chunks(
                 staging TEXT NOT NULL,
                 session_id TEXT NOT NULL,
@@ -99,6 +103,11 @@ final class UploadJournal: Sendable {
                 at REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS journal_meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
             """)
+        // Journals written before `sent_hashes` existed.
+        let columns = try database.query("PRAGMA table_info(uploads)").compactMap { $0.text("name") }
+        if !columns.contains("sent_hashes") {
+            try database.execute("ALTER TABLE uploads ADD COLUMN sent_hashes TEXT NOT NULL DEFAULT ''")
+        }
     }
 
     // MARK: Rows
@@ -117,12 +126,12 @@ final class UploadJournal: Sendable {
         try database.run("""
             INSERT OR REPLACE INTO uploads(path_key, path, staging, base_rev, client_modified, content_hash,
                 size, generation, state, session_id, session_concurrent, session_closed, commit_path,
-                last_error, attempts, updated_at)
-            VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                last_error, attempts, updated_at, sent_hashes)
+            VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [record.pathKey, record.path, record.staging, baseRev, record.clientModified, record.contentHash,
                   record.size, record.generation, record.state.rawValue, record.sessionID,
                   record.sessionConcurrent, record.sessionClosed, record.commitPath, record.lastError,
-                  record.attempts, Date()])
+                  record.attempts, Date(), record.sentHashes.joined(separator: ",")])
     }
 
     func delete(pathKey: String) throws(SQLiteError) {
@@ -189,6 +198,7 @@ final class UploadJournal: Sendable {
                      state: UploadState(rawValue: row.text("state") ?? "") ?? .pending,
                      sessionID: row.text("session_id"), sessionConcurrent: row.bool("session_concurrent"),
                      sessionClosed: row.bool("session_closed"), commitPath: row.text("commit_path"),
-                     lastError: row.text("last_error"), attempts: row.int("attempts") ?? 0)
+                     lastError: row.text("last_error"), attempts: row.int("attempts") ?? 0,
+                     sentHashes: (row.text("sent_hashes") ?? "").split(separator: ",").map(String.init))
     }
 }

@@ -382,7 +382,19 @@ public final class WriteBackEngine: @unchecked Sendable {
         if let window, window.jobs.contains(where: { job in keys.contains { job.key == $0 || job.key.hasPrefix($0 + "/") } }) {
             seal(window)
         }
-        while busy() { condition.wait() }
+        let started = Date()
+        var reported = false
+        while busy() {
+            if !condition.wait(until: Date().addingTimeInterval(5)), !reported, Date().timeIntervalSince(started) > 10 {
+                // A request that hangs in the network holds up an unlink or rename: say what we wait for.
+                reported = true
+                for (key, dirty) in files where dirty.active != nil || dirty.streaming?.busy == true {
+                    guard keys.contains(where: { key == $0 || key.hasPrefix($0 + "/") }) else { continue }
+                    let active = dirty.active
+                    WriteBackLog.warning("still waiting for the upload of \(dirty.path) to stop (generation \(active?.generation ?? 0), large \(active?.large ?? false), cancelled \(active?.cancelled.load(ordering: .relaxed) ?? false), finished \(active?.finished.load(ordering: .relaxed) ?? false), in open window \(window?.jobs.contains { $0.key == key } ?? false), streaming busy \(dirty.streaming?.busy ?? false))")
+                }
+            }
+        }
         condition.unlock()
         defer {
             condition.lock()
@@ -430,7 +442,6 @@ public final class WriteBackEngine: @unchecked Sendable {
             dirty.record = move.newRecord
             dirty.notBefore = .distantPast
             dirty.hardError = nil
-            dirty.sentHashes = []
             if let base = bases[newKey] {
                 if dirty.record != nil {
                     dirty.record!.base = base
@@ -493,6 +504,8 @@ public final class WriteBackEngine: @unchecked Sendable {
                         dirty.streaming = nil
                     }
                     if dirty.notBefore > now { wake = min(wake, dirty.notBefore); continue }
+                    // The snapshot may be stale by now within this pass: never start a file twice.
+                    guard dirty.active == nil, !dirty.writing, dirty.record != nil else { continue }
                     let record = dirty.record!
                     if UploadPlanner.isLarge(record, configuration: configuration) {
                         guard activeLargeUploads < configuration.maxConcurrentLargeUploads else { continue }
@@ -543,8 +556,6 @@ final class DirtyFile {
     var verifyContent = false
     /// A session started while the file was still being written (StreamingUpload.swift).
     var streaming: StreamingUpload?
-    /// Content hashes of our recent commits of this file, for recognising our own lost replies.
-    var sentHashes: [String] = []
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base
@@ -590,6 +601,7 @@ private struct PlannedMove {
         record.commitPath = nil
         record.state = .pending
         record.lastError = nil
+        record.sentHashes = []
         return record
     }
 }

@@ -18,7 +18,7 @@ public struct WriteBackConfiguration: Sendable {
     /// A burst of small files is gathered until no new one arrived for this long...
     public var gatherDelay: TimeInterval = 0.15
     /// ...or the gathering has lasted this long, or it holds `maxBatchEntries` files.
-    public var maxGatherTime: TimeInterval = 2
+    public var maxGatherTime: TimeInterval = 5
     /// Entries per `finishBatch` call (Dropbox allows at most 1000).
     public var maxBatchEntries = 1000
     /// Backoff after a transient failure: base × 2^(attempt-1), capped, with ±25 % jitter.

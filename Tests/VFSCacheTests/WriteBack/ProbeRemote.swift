@@ -24,6 +24,8 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     private var freezeAfter: Int?
     private var boundaries = 0
     private var frozen = false
+    /// After `kill`: calls stuck at a frozen boundary fail, as a dead process's would.
+    private var killed = false
 
     init(_ inner: any RemoteStore) { self.inner = inner }
 
@@ -53,13 +55,18 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     var boundariesPassed: Int { lock.lock(); defer { lock.unlock() }; return boundaries }
     var isFrozen: Bool { lock.lock(); defer { lock.unlock() }; return frozen }
     func thaw() { lock.lock(); freezeAfter = nil; frozen = false; lock.broadcast(); lock.unlock() }
+    /// Freezes now; every call stuck or arriving later fails: nothing more reaches Dropbox.
+    func freezeNow() { lock.lock(); freezeAfter = 0; frozen = true; lock.unlock() }
+    func kill() { lock.lock(); killed = true; frozen = false; lock.broadcast(); lock.unlock() }
 
-    private func boundary() {
+    private func boundary() throws(RemoteError) {
         lock.lock(); defer { lock.unlock() }
+        if killed { throw .unavailable("test: the process is dead") }
         guard let limit = freezeAfter else { return }
         boundaries += 1
         if boundaries > limit { frozen = true; lock.broadcast() }
         while frozen { lock.wait() }
+        if killed { throw .unavailable("test: the process is dead") }
     }
 
     var maxConcurrentAppends: Int { lock.lock(); defer { lock.unlock() }; return maxInFlight }
@@ -69,7 +76,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     // MARK: Plumbing
 
     private func enter(_ operation: String, _ key: String) throws(RemoteError) {
-        if operation != "metadata" { boundary() }
+        if operation != "metadata" { try boundary() }
         lock.lock()
         while closedGates.contains(operation) {
             waiting[operation, default: 0] += 1
@@ -83,7 +90,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     }
 
     private func leave(_ operation: String, _ key: String) throws(RemoteError) {
-        boundary()
+        try boundary()
         lock.lock(); let rule = after; lock.unlock()
         if let error = rule(operation, key) { throw error }
     }

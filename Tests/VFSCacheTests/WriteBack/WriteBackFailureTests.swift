@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 @testable import VFSCache
 
-@Suite(.serialized) struct WriteBackFailureTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct WriteBackFailureTests {
     @Test func conflictKeepsBothVersionsAsAConflictedCopy() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let opened = fixture.memory.externalWrite("/Reports/Q3 plan.txt", bytes("base"))

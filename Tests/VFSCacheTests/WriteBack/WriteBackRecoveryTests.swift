@@ -6,7 +6,7 @@ import Foundation
 import Testing
 @testable import VFSCache
 
-@Suite(.serialized) struct WriteBackRecoveryTests {
+@Suite(.serialized, .timeLimit(.minutes(2))) struct WriteBackRecoveryTests {
     @Test func pendingUploadsSurviveACrashAndArriveExactlyOnce() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.closeGate("appendSession")
