@@ -139,7 +139,8 @@ class Throttle:
 
     def chunk_size(self, default):
         rate = self.settings["bandwidth"]
-        return default if not rate else max(1024, min(default, rate // 20))
+        # Never more than asked: a 5-byte body must not wait for 1024 bytes, a range must not overrun.
+        return default if not rate else min(default, max(1024, rate // 20))
 
     def pace(self, nbytes):
         rate = self.settings["bandwidth"]
