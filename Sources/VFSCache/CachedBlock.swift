@@ -23,19 +23,16 @@ final class CachedBlock: @unchecked Sendable {
 
     /// Memory for a block's bytes, mapped straight from the kernel rather than taken from malloc:
     /// glibc serves freed multi-megabyte chunks again from its per-thread arenas and rarely gives
-    /// them back, which made the daemon's RSS grow far past the cache budget. An unmapped block is
-    /// returned to the system at once. Release it with `releaseStorage` unless a block adopts it.
+    /// them back, which made the daemon's RSS grow far past the cache budget. Freed buffers go to
+    /// `BlockBufferPool.shared` (bounded) for the next block, and past its cap back to the system.
+    /// The contents are unspecified: the caller fills every byte. Release it with `releaseStorage`
+    /// unless a block adopts it.
     static func allocateStorage(byteCount: Int) -> UnsafeMutableRawBufferPointer {
-        guard byteCount > 0 else { return UnsafeMutableRawBufferPointer(start: nil, count: 0) }
-        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
-        guard let address, address != MAP_FAILED else {
-            fatalError("cannot map \(byteCount) bytes for a cache block: \(String(cString: strerror(errno)))")
-        }
-        return UnsafeMutableRawBufferPointer(start: address, count: byteCount)
+        BlockBufferPool.shared.take(byteCount: byteCount)
     }
 
     static func releaseStorage(_ storage: UnsafeMutableRawBufferPointer) {
-        if let base = storage.baseAddress { munmap(base, storage.count) }
+        BlockBufferPool.shared.give(storage)
     }
 
     /// Takes ownership of `storage` (from `allocateStorage`, fully initialized).

@@ -4,9 +4,13 @@
 /// temporary name and renamed into place, so a crash leaves whole blocks or none; leftovers are
 /// removed by the startup scan, which also rebuilds the LRU order from file modification times.
 ///
+/// Blocks are written with O_DIRECT where possible (see `write`), so caching a streamed file costs
+/// no page-cache copy.
+///
 /// The index lives in memory under `lock`; file I/O happens outside it. A block whose file has
 /// vanished or has the wrong length is treated as a miss and forgotten.
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -120,27 +124,24 @@ final class DiskBlockCache: @unchecked Sendable {
         return index.contains(key)
     }
 
+    /// Test hook run by `write` before it touches the disk (to simulate a slow disk).
+    let beforeWrite = Mutex<(@Sendable () -> Void)?>(nil)
+
     /// Stores the block (atomically), then evicts the oldest blocks over the budget.
+    ///
+    /// Page-aligned blocks whose length is a multiple of 4 KiB (every full block: block memory is
+    /// mapped, so page-aligned) are written with O_DIRECT. A buffered write copies the whole block
+    /// into the page cache first, and on a cold streaming read that copy was ~30% of all CPU time
+    /// on this 2-core machine; with O_DIRECT the device reads the block's own memory and the
+    /// thread just waits. File systems that refuse O_DIRECT (EINVAL) get a buffered write.
     func write(_ key: BlockKey, _ bytes: UnsafeRawBufferPointer) {
         guard Int64(bytes.count) <= budget else { return }
+        if let hook = beforeWrite.withLock({ $0 }) { hook() }
         let target = url(for: key)
         let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
         do {
             try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-            let ok = { (raw: UnsafeRawBufferPointer) -> Bool in
-                let fd = open(temporary.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { return false }
-                defer { close(fd) }
-                var done = 0
-                while done < raw.count {
-                    let wrote = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
-                    if wrote < 0 && errno == EINTR { continue }
-                    guard wrote > 0 else { return false }
-                    done += wrote
-                }
-                return true
-            }(bytes)
-            guard ok, rename(temporary.path, target.path) == 0 else {
+            guard Self.writeFile(temporary.path, bytes), rename(temporary.path, target.path) == 0 else {
                 let reason = String(cString: strerror(errno))
                 try? FileManager.default.removeItem(at: temporary)
                 log.warning("disk cache: cannot write \(target.path): \(reason)")
@@ -155,6 +156,38 @@ final class DiskBlockCache: @unchecked Sendable {
         let victims = evictLocked()
         lock.unlock()
         remove(victims)
+    }
+
+    /// Linux's O_DIRECT (x86_64 and aarch64 values); Glibc does not export it to Swift.
+    #if arch(arm64)
+    private static let directIO: Int32 = 0o200000
+    #else
+    private static let directIO: Int32 = 0o40000
+    #endif
+    private static let directAlignment = 4096
+
+    /// Writes `bytes` to a new file at `path`, with O_DIRECT when the buffer allows it and the file
+    /// system takes it (some accept the open and refuse the write: then again, buffered).
+    private static func writeFile(_ path: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        let flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
+        let aligned = bytes.count > 0 && bytes.count % directAlignment == 0
+            && Int(bitPattern: bytes.baseAddress) % directAlignment == 0
+        if aligned, writeFile(path, bytes, flags: flags | directIO) { return true }
+        return writeFile(path, bytes, flags: flags)
+    }
+
+    private static func writeFile(_ path: String, _ bytes: UnsafeRawBufferPointer, flags: Int32) -> Bool {
+        let fd = open(path, flags, 0o600)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var done = 0
+        while done < bytes.count {
+            let wrote = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if wrote < 0 && errno == EINTR { continue }
+            guard wrote > 0 else { return false }
+            done += wrote
+        }
+        return true
     }
 
     /// Drops every block of one revision of a file.

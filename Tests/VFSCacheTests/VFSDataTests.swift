@@ -142,6 +142,41 @@ import Testing
         #expect(reopened.readArray(key(0), length: 100) == nil)
     }
 
+    /// A disk writer stuck behind a slow disk must cost the cache entries, never the reader time:
+    /// the blocks past the writer's queue are dropped, and the read completes while it is stuck.
+    @Test func aBusyDiskWriterDropsBlocksAndNeverBlocksAReader() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(16 * blockSize)
+        remote.externalWrite("/stream", data)
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log) {
+            $0.cacheDirectory = directory
+            $0.diskWriteQueueBytes = 2 * blockSize
+            $0.memoryCacheBytes = 32 * blockSize
+        }
+        let gate = DispatchSemaphore(value: 0)
+        vfs.blocks.disk!.beforeWrite.withLock { $0 = { gate.wait() } }
+        let file = try vfs.resolve("/stream")
+        let result = Mutex<[UInt8]?>(nil)
+        Thread { result.withLock { $0 = try? vfs.readAll(file, chunk: 32 << 10) } }.start()
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while result.withLock({ $0 == nil }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(result.withLock { $0 } == data)   // finished while no block had reached the disk
+        #expect(vfs.cacheUsage().diskBlocks == 0)
+        #expect(vfs.blocks.diskWritesDropped >= 16 - 2)
+        #expect(log.contains("not written"))
+        vfs.blocks.disk!.beforeWrite.withLock { $0 = nil }
+        for _ in 0..<16 { gate.signal() }
+        vfs.waitUntilIdle()
+        // Only what the queue held reached the disk; a later read fetches the rest again.
+        let written = vfs.cacheUsage().diskBlocks
+        #expect(written >= 1 && written <= 2)
+        vfs.shutdown()
+    }
+
     @Test func concurrentReadersOfOneBlockShareOneDownload() throws {
         let remote = InMemoryRemote()
         let data = testBytes(50_000)

@@ -1,0 +1,26 @@
+/// `BlockBufferPool`: freed block buffers are handed out again (same size only), and the pool
+/// keeps no more than its cap.
+import Testing
+@testable import VFSCache
+
+@Suite struct BlockBufferPoolTests {
+    @Test func reusesFreedBuffersOfTheSameSizeUpToItsCap() {
+        let pool = BlockBufferPool(capBytes: 2 * 8192)
+        let first = pool.take(byteCount: 8192)
+        first.storeBytes(of: 0xAB, as: UInt8.self)
+        pool.give(first)
+        #expect(pool.pooledBytes == 8192)
+        // Another size is mapped afresh; the same size gets the freed buffer back.
+        let other = pool.take(byteCount: 4096)
+        #expect(other.baseAddress != first.baseAddress)
+        let again = pool.take(byteCount: 8192)
+        #expect(again.baseAddress == first.baseAddress)
+        #expect(pool.pooledBytes == 0)
+        // Past the cap, buffers are unmapped instead of kept.
+        let extra = [pool.take(byteCount: 8192), pool.take(byteCount: 8192)]
+        pool.give(again)
+        for buffer in extra { pool.give(buffer) }
+        pool.give(other)
+        #expect(pool.pooledBytes == 2 * 8192)
+    }
+}
