@@ -33,13 +33,13 @@ extension WriteBackEngine {
         window = current
         current.jobs.append(job)
         current.lastArrival = now
-        if current.jobs.count >= 2 {
-            if !current.started {
-                current.started = true
-                for queued in current.jobs { startSessionUpload(queued, in: current) }
-            } else {
-                startSessionUpload(job, in: current)
-            }
+        // Once started, every newcomer is sent at once, even if earlier files left the window
+        // (committed before a crash) and it holds a single file again.
+        if current.started {
+            startSessionUpload(job, in: current)
+        } else if current.jobs.count >= 2 {
+            current.started = true
+            for queued in current.jobs { startSessionUpload(queued, in: current) }
         }
         if current.jobs.count >= configuration.maxBatchEntries { seal(current) }
     }

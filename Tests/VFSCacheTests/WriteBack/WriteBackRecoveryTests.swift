@@ -88,6 +88,30 @@ import Testing
         #expect(fixture.memory.allPaths() == ["/db.sqlite"])
     }
 
+    @Test func burstAfterRecoveredCommitsStillUploadsEveryNewcomer() throws {
+        // Files whose commit landed just before a crash leave the batch window as soon as the new
+        // engine sees them on Dropbox; files closed right after must still be sent, not stranded.
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        // 3 × (startSession + append) = 12 call boundaries, then finishBatch enters (13) and lands:
+        // the process dies before it hears the reply (boundary 14).
+        fixture.probe.freeze(afterBoundaries: 13)
+        let first = try fixture.engine { $0.gatherDelay = 0.3 }
+        for index in 0..<3 { try fixture.put(first, "/r/landed\(index).txt", bytes("landed \(index)")) }
+        #expect(eventually { fixture.probe.isFrozen && fixture.memory.content("/r/landed2.txt") != nil })
+        first.stopAbruptly()
+        fixture.probe.kill()
+        let second = try fixture.engine(remote: fixture.memory) { $0.gatherDelay = 0.3 }
+        defer { second.shutdown(drainUntil: nil) }
+        // The recovered files find their bytes on Dropbox and leave the (still gathering) window.
+        #expect(eventually { second.status().pendingFiles == 0 })
+        try fixture.put(second, "/r/new.txt", bytes("closed after the restart"))
+        #expect(second.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty)
+        let newFileFailures = fixture.events.all.filter { if case .failed(let path, _, _, _) = $0 { path == "/r/new.txt" } else { false } }
+        #expect(newFileFailures.isEmpty, "the newcomer was stranded: \(newFileFailures)")
+        #expect(fixture.memory.content("/r/new.txt") == bytes("closed after the restart"))
+        for index in 0..<3 { #expect(fixture.memory.content("/r/landed\(index).txt") == bytes("landed \(index)")) }
+    }
+
     @Test func sessionResumesFromTheConfirmedChunks() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         // 5 chunks of 4 MiB + 1 MiB: the first engine gets chunks at 0, 4 and 8 MiB confirmed.
