@@ -298,7 +298,14 @@ class Handler(BaseHTTPRequestHandler):
             call = Call(app, route_name, arg, body, token, self, reset)
             if route.style == "upload":
                 call.abort_mid_upload()
-            result = route.func(call)
+            try:
+                result = route.func(call)
+            finally:
+                # The commit is over once the route returns: free the gate before answering, so a
+                # client that reacts to the answer at once is not refused by its own finished write.
+                if entered_gate:
+                    app.write_gate.leave()
+                    entered_gate = False
             if route.style == "download":
                 self.send_download(result, reset)
             else:
