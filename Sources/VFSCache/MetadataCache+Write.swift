@@ -20,13 +20,13 @@ extension MetadataCache {
             guard table.child(of: parent, key: key) == nil else { throw .exists }
             let ino = table.nextIno
             table.nextIno += 1
-            var node = Node(ino: ino, parent: parent, name: name, key: key,
+            var node = Node(ino: ino, parent: parent, name: name,
                             kind: .file(Node.FileMetadata(size: 0, rev: "", contentHash: nil, modified: Self.wholeSeconds(modified))), id: nil)
             node.local = .dirty
             node.lookupCount = 1
             table.nodes[ino] = node
             table.nodes[parent]!.children[key] = ino
-            table.nodes[parent]!.negatives[key] = nil
+            table.clearNegative(key, in: parent)
             return node
         }
     }
@@ -112,14 +112,13 @@ extension MetadataCache {
             if node.parent != 0 { table.nodes[node.parent]?.children[node.key] = nil }
             node.parent = newParent
             node.name = newName
-            node.key = key
             if let entry {
                 node.id = entry.id
                 if node.local == .remote, !entry.isFolder { node.kind = Node.Kind(entry) }
             }
             table.nodes[ino] = node
             table.nodes[newParent]!.children[key] = ino
-            table.nodes[newParent]!.negatives[key] = nil
+            table.clearNegative(key, in: newParent)
         }
     }
 
@@ -129,6 +128,11 @@ extension MetadataCache {
         Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
     }
 
-    /// Number of children a folder has in the tree (after a fresh listing, for rmdir).
+    /// Number of children a folder has in the tree (for rename onto a folder).
     func childCount(_ ino: InodeNumber) -> Int { locked { $0[ino]?.children.count ?? 0 } }
+
+    /// Whether a folder has children that only exist here so far (pending uploads), for rmdir.
+    func hasLocalChildren(_ ino: InodeNumber) -> Bool {
+        locked { table in table[ino]?.children.values.contains { table[$0]?.local == .dirty } ?? false }
+    }
 }

@@ -385,9 +385,9 @@ extension VFS {
         guard node.isDirectory else { throw .notDirectory }
         guard let path = metadata.path(of: node.ino) else { throw .noEntry }
         // Local children (pending uploads) count, and so does anything on the server now:
-        // Dropbox deletes folders recursively, so emptiness is checked there first.
-        try metadata.ensureListed(node.ino)
-        if metadata.childCount(node.ino) > 0 { throw .notEmpty }
+        // Dropbox deletes folders recursively, so emptiness is checked there, not in our
+        // (possibly older) listing.
+        if metadata.hasLocalChildren(node.ino) { throw .notEmpty }
         var remoteChildren = false
         do throws(RemoteError) {
             let page = try remote.listFolder(path: path, recursive: false, limit: 1)

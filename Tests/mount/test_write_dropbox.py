@@ -469,3 +469,71 @@ def test_kill9_during_write_back_then_remount_loses_nothing(writer):
     names = remote_files(writer.emu, "")
     assert not [n for n in names if "conflicted copy" in n and n.startswith("k")]
     assert len([n for n in names if n.startswith("k")]) == len(expected)
+
+
+# ----- unmount, full cache disk -----
+
+def test_unmount_drains_pending_uploads(dbxfs_binary, wemu, tmp_path):
+    """fusermount3 -u with uploads pending: the daemon uploads them before it exits."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    wemu.config(latency_ms=150)
+    try:
+        m = Mount(dbxfs_binary, mnt, dropbox_args(wemu, tmp_path / "cache"), env=dropbox_env())
+        m.start()
+        try:
+            (mnt / "drain").mkdir()
+            for i in range(5):
+                (mnt / "drain" / f"d{i}.txt").write_text(f"drain {i}\n")
+        finally:
+            m.stop()
+        assert m.proc.returncode == 0
+    finally:
+        wemu.config(latency_ms=0)
+    for i in range(5):
+        assert wemu.download(f"/drain/d{i}.txt") == f"drain {i}\n".encode()
+    assert "every pending upload is on Dropbox" in m.read_log()
+
+
+def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, wemu, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    args = dropbox_args(wemu, tmp_path / "cache")
+    m = Mount(dbxfs_binary, mnt, args, env=dict(dropbox_env(), DBXFS_UNMOUNT_DRAIN_SECONDS="1"))
+    m.start()
+    try:
+        (mnt / "leftover.txt").write_text("kept for later\n")
+        wemu.config(fail_rate=1.0)      # Dropbox answers 500 to everything: nothing can land
+        m.stop()
+    finally:
+        wemu.config(fail_rate=0)
+    log = m.read_log()
+    assert "not uploaded yet" in log and "/leftover.txt" in log, log
+    with Mount(dbxfs_binary, mnt, args, env=dropbox_env()):
+        result = subprocess.run([dbxfs_binary, "sync", str(mnt)], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+    assert wemu.download("/leftover.txt") == b"kept for later\n"
+
+
+def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
+    cache = tmp_path / "small-cache"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(cache)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache, "--cache-size", "1M"), env=dropbox_env()):
+            with pytest.raises(OSError) as err:
+                with open(mnt / "too-big.bin", "wb") as f:
+                    for _ in range(16):
+                        f.write(b"\1" * (1 << 20))
+            assert err.value.errno == errno.ENOSPC
+            # Small files still work once space is back.
+            (mnt / "too-big.bin").unlink()
+            (mnt / "small.txt").write_text("fits\n")
+            subprocess.run([dbxfs_binary, "sync", str(mnt)], check=True, capture_output=True, timeout=60)
+        assert wemu.download("/small.txt") == b"fits\n"
+    finally:
+        force_unmount(str(mnt))
+        subprocess.run(["umount", "-l", str(cache)], capture_output=True)

@@ -1,0 +1,218 @@
+/// The write side of `VFS` against the in-memory fake: create/write/release with read-your-writes
+/// before and after the upload, O_RDWR without O_TRUNC (the old bytes are fetched), O_APPEND,
+/// truncate, utimens as client_modified, fsync waiting for the commit, unlink, mkdir, rmdir's
+/// ENOTEMPTY (local and remote children), rename (onto a file, NOREPLACE, EXCHANGE, folders),
+/// refused and over-long names, conflicts shown as a copy, and EROFS without an engine.
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite struct VFSWriteTests {
+    /// A VFS with a write-back engine over `remote`, its cache in a fresh directory.
+    final class Writable {
+        let vfs: VFS
+        let directory: URL
+        init(_ remote: InMemoryRemote, log: LogCapture = LogCapture()) throws {
+            directory = try temporaryDirectory()
+            var writeBack = WriteBackConfiguration()
+            writeBack.gatherDelay = 0.02
+            writeBack.maxGatherTime = 0.2
+            writeBack.retryBaseDelay = 0.01
+            writeBack.logger = log.logger
+            let directory = self.directory
+            vfs = try VFS(remote: remote, config: testConfig { $0.cacheDirectory = directory; $0.directoryTTL = 0.5; $0.negativeTTL = 0 },
+                          logger: log.logger, clock: .monotonic, writeBack: writeBack)
+        }
+        func sync() { #expect(vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty) }
+        deinit {
+            vfs.writeBack?.shutdown(drainUntil: nil)
+            vfs.shutdown()
+            try? FileManager.default.removeItem(at: directory)
+        }
+    }
+
+    func write(_ vfs: VFS, _ ino: InodeNumber, _ handle: HandleID, at offset: UInt64, _ bytes: [UInt8]) throws {
+        let n = try bytes.withUnsafeBytes { (buffer) throws(Errno) -> Int in try vfs.write(ino, handle: handle, offset: offset, data: buffer) }
+        #expect(n == bytes.count)
+    }
+
+    func close(_ vfs: VFS, _ ino: InodeNumber, _ handle: HandleID) throws {
+        try vfs.flush(ino, handle: handle)
+        vfs.release(ino, handle: handle)
+    }
+
+    @Test func createWriteCloseIsReadableAtOnceAndUploaded() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        let data = testBytes(200_000)
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "new.bin", flags: [.write])
+        try write(w.vfs, entry.attributes.ino, opened.handle, at: 0, data)
+        try close(w.vfs, entry.attributes.ino, opened.handle)
+        // Read-your-writes, whether or not the upload is done yet.
+        #expect(try w.vfs.getattr(entry.attributes.ino).0.size == 200_000)
+        #expect(try w.vfs.readAll(entry.attributes.ino) == data)
+        w.sync()
+        #expect(remote.content("/new.bin") == data)
+        #expect(try w.vfs.readAll(entry.attributes.ino) == data)
+        // An empty file closed without a write is uploaded too (touch).
+        let (empty, emptyOpen) = try w.vfs.create(parent: rootInode, name: "empty", flags: [.write])
+        try close(w.vfs, empty.attributes.ino, emptyOpen.handle)
+        w.sync()
+        #expect(remote.content("/empty") == [])
+    }
+
+    @Test func readWriteWithoutTruncateKeepsTheOldBytesAndAppendGoesToTheEnd() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(150_000, seed: 3)
+        remote.externalWrite("/f.bin", old)
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve("/f.bin")
+        let rw = try w.vfs.open(ino, flags: [.read, .write])
+        // Before the first write, reads see the server's bytes.
+        #expect(try w.vfs.read(ino, handle: rw.handle, offset: 100, size: 10) == Array(old[100..<110]))
+        try write(w.vfs, ino, rw.handle, at: 70_000, [1, 2, 3])
+        try write(w.vfs, ino, rw.handle, at: 160_000, [9])          // past the end: a hole
+        try close(w.vfs, ino, rw.handle)
+        var expected = old
+        expected.replaceSubrange(70_000..<70_003, with: [1, 2, 3])
+        expected += [UInt8](repeating: 0, count: 10_000) + [9]
+        #expect(try w.vfs.readAll(ino) == expected)
+        let appender = try w.vfs.open(ino, flags: [.write, .append])
+        try write(w.vfs, ino, appender.handle, at: 0, [7, 7])          // O_APPEND ignores the offset
+        try close(w.vfs, ino, appender.handle)
+        w.sync()
+        #expect(remote.content("/f.bin") == expected + [7, 7])
+    }
+
+    @Test func truncateAndUtimensReachDropbox() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/t.txt", "hello world")
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve("/t.txt")
+        #expect(try w.vfs.setattr(ino, changes: AttributeChanges(size: 5), handle: nil).size == 5)
+        let when = Date(timeIntervalSince1970: 1_600_000_123)
+        #expect(try w.vfs.setattr(ino, changes: AttributeChanges(mtime: when), handle: nil).mtime == when)
+        w.sync()
+        #expect(remote.content("/t.txt") == Array("hello".utf8))
+        #expect(try remote.metadata(path: "/t.txt").map { entry -> Date? in
+            if case .file(_, _, _, let modified, _) = entry.kind { return modified } else { return nil }
+        } == when)
+    }
+
+    @Test func fsyncReturnsOnlyOnceCommitted() throws {
+        let remote = InMemoryRemote()
+        remote.callDelay = 0.05
+        let w = try Writable(remote)
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "s.bin", flags: [.write])
+        try write(w.vfs, entry.attributes.ino, opened.handle, at: 0, [1, 2, 3])
+        try w.vfs.fsync(entry.attributes.ino, handle: opened.handle)
+        #expect(remote.content("/s.bin") == [1, 2, 3])
+        vfsRelease(w.vfs, entry.attributes.ino, opened.handle)
+    }
+
+    private func vfsRelease(_ vfs: VFS, _ ino: InodeNumber, _ handle: HandleID) { vfs.release(ino, handle: handle) }
+
+    @Test func unlinkMkdirAndRmdirNeverRecursive() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/gone.txt", "x")
+        let w = try Writable(remote)
+        try w.vfs.unlink(parent: rootInode, name: "gone.txt")
+        #expect(remote.content("/gone.txt") == nil)
+        #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: rootInode, name: "gone.txt") }
+        let dir = try w.vfs.mkdir(parent: rootInode, name: "D").attributes.ino
+        #expect(throws: Errno.exists) { try w.vfs.mkdir(parent: rootInode, name: "d") }
+        // A pending local child makes it non-empty...
+        let (child, opened) = try w.vfs.create(parent: dir, name: "c.txt", flags: [.write])
+        try close(w.vfs, child.attributes.ino, opened.handle)
+        #expect(throws: Errno.notEmpty) { try w.vfs.rmdir(parent: rootInode, name: "D") }
+        try w.vfs.unlink(parent: dir, name: "c.txt")
+        // ...and so does a child only the server has.
+        remote.externalWrite("/D/remote.txt", "theirs")
+        #expect(throws: Errno.notEmpty) { try w.vfs.rmdir(parent: rootInode, name: "D") }
+        #expect(remote.content("/D/remote.txt") == Array("theirs".utf8))
+        remote.externalDelete("/D/remote.txt")
+        try w.vfs.rmdir(parent: rootInode, name: "D")
+        #expect(try remote.metadata(path: "/D") == nil)
+        w.sync()
+        #expect(remote.content("/D/c.txt") == nil)
+    }
+
+    @Test func renameFilesAndFolders() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/a.txt", "A")
+        remote.externalWrite("/b.txt", "B")
+        remote.externalWrite("/dir/inner.txt", "I")
+        let w = try Writable(remote)
+        #expect(throws: Errno.exists) {
+            try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: .noReplace)
+        }
+        #expect(throws: Errno.invalid) {
+            try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: .exchange)
+        }
+        try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: [])
+        #expect(remote.content("/b.txt") == Array("A".utf8))
+        #expect(remote.content("/a.txt") == nil)
+        // A file not uploaded yet moves with its pending bytes.
+        let (fresh, opened) = try w.vfs.create(parent: rootInode, name: "fresh.txt", flags: [.write])
+        try write(w.vfs, fresh.attributes.ino, opened.handle, at: 0, Array("new".utf8))
+        try close(w.vfs, fresh.attributes.ino, opened.handle)
+        let dir = try w.vfs.resolve("/dir")
+        try w.vfs.rename(parent: rootInode, name: "fresh.txt", newParent: dir, newName: "moved.txt", flags: [])
+        try w.vfs.rename(parent: rootInode, name: "dir", newParent: rootInode, newName: "Dir2", flags: [])
+        // Case-only rename (the kernel does not send these, but the facade supports them).
+        try w.vfs.rename(parent: rootInode, name: "b.txt", newParent: rootInode, newName: "B.txt", flags: [])
+        w.sync()
+        #expect(remote.content("/dir2/inner.txt") == Array("I".utf8))
+        #expect(remote.content("/dir2/moved.txt") == Array("new".utf8))
+        #expect(remote.content("/fresh.txt") == nil)
+        #expect(try remote.metadata(path: "/b.txt")?.name == "B.txt")
+        #expect(try w.vfs.readAll(w.vfs.resolve("/Dir2/moved.txt")) == Array("new".utf8))
+    }
+
+    @Test func refusedAndOverlongNames() throws {
+        let w = try Writable(InMemoryRemote())
+        for name in ["desktop.ini", "Thumbs.db", ".DS_Store", ".dropbox", ".dropbox.attr", "Icon\r"] {
+            #expect(throws: Errno.invalid) { try w.vfs.create(parent: rootInode, name: name, flags: [.write]) }
+        }
+        #expect(throws: Errno.nameTooLong) { try w.vfs.mkdir(parent: rootInode, name: String(repeating: "n", count: 256)) }
+        _ = try w.vfs.mkdir(parent: rootInode, name: String(repeating: "é", count: 127))   // 254 bytes
+    }
+
+    @Test func aConflictKeepsBothAndShowsTheCopy() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/doc.txt", "original")
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve("/doc.txt")
+        let opened = try w.vfs.open(ino, flags: [.write, .truncate])
+        try write(w.vfs, ino, opened.handle, at: 0, Array("ours".utf8))
+        remote.externalWrite("/doc.txt", "theirs")          // someone else, meanwhile
+        try close(w.vfs, ino, opened.handle)
+        w.sync()
+        #expect(remote.content("/doc.txt") == Array("theirs".utf8))
+        let copies = remote.allPaths().filter { $0.hasPrefix("/doc (conflicted copy ") }
+        #expect(copies.count == 1)
+        #expect(copies.first.flatMap { remote.content($0) } == Array("ours".utf8))
+        // The events reach the tree: the copy is listed.
+        var listed: [String] = []
+        for _ in 0..<100 {
+            listed = try w.vfs.list(rootInode).map(\.name)
+            if listed.contains(where: { $0.hasPrefix("doc (conflicted copy ") }) { break }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(listed.contains { $0.hasPrefix("doc (conflicted copy ") })
+    }
+
+    @Test func withoutAnEngineEveryWriteIsReadOnly() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f", "x")
+        let vfs = try makeVFS(remote)
+        let ino = try vfs.resolve("/f")
+        #expect(throws: Errno.readOnly) { try vfs.open(ino, flags: [.write]) }
+        #expect(throws: Errno.readOnly) { try vfs.create(parent: rootInode, name: "n", flags: [.write]) }
+        #expect(throws: Errno.readOnly) { try vfs.mkdir(parent: rootInode, name: "d") }
+        #expect(throws: Errno.readOnly) { try vfs.unlink(parent: rootInode, name: "f") }
+        #expect(throws: Errno.readOnly) { try vfs.setattr(ino, changes: AttributeChanges(size: 0), handle: nil) }
+        // chmod is accepted (and ignored) even read-only.
+        #expect(try vfs.setattr(ino, changes: AttributeChanges(mode: 0o600), handle: nil).size == 1)
+    }
+}
