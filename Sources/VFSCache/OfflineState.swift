@@ -7,6 +7,10 @@
 /// reader; the write-back engine keeps its journal and retries), and the cached tree and cached
 /// blocks are served as usual. The watcher talks to the ungated remote, so it notices when the
 /// network returns and clears the flag.
+///
+/// The watcher backs off up to several seconds between probes, so the gate also lets one call
+/// through per `probeInterval` while offline: a user who retries a read once the network is back
+/// gets it at once, and that success ends offline mode for everyone.
 import Foundation
 import Synchronization
 
@@ -30,46 +34,76 @@ public final class OfflineState: Sendable {
     }
 }
 
-/// Forwards to `base`, except while `state` says offline: then every call throws `.unavailable`.
-public struct OfflineGatedRemote: RemoteStore {
+/// Forwards to `base`, except while `state` says offline: then calls throw `.unavailable` at
+/// once, but for one probe call per `probeInterval`, which goes through and, if it reaches
+/// Dropbox, ends offline mode.
+public final class OfflineGatedRemote: RemoteStore, Sendable {
     public let base: any RemoteStore
     public let state: OfflineState
+    private let probeInterval: Duration
+    private let lastProbe = Mutex<ContinuousClock.Instant?>(nil)
 
-    public init(_ base: any RemoteStore, state: OfflineState) { self.base = base; self.state = state }
+    public init(_ base: any RemoteStore, state: OfflineState, probeInterval: Duration = .seconds(1)) {
+        self.base = base; self.state = state; self.probeInterval = probeInterval
+    }
 
     private func check() throws(RemoteError) {
-        if state.isOffline { throw .unavailable("offline: \(state.reason ?? "Dropbox cannot be reached")") }
+        guard state.isOffline else { return }
+        let now = ContinuousClock.now
+        let mayProbe = lastProbe.withLock { last in
+            if let last, now - last < probeInterval { return false }
+            last = now
+            return true
+        }
+        if !mayProbe { throw .unavailable("offline: \(state.reason ?? "Dropbox cannot be reached")") }
     }
 
-    public func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try check(); return try base.metadata(path: path) }
+    /// Runs one forwarded call; a call that got an answer from Dropbox (even a refusal) proves
+    /// the network is back.
+    private func pass<T>(_ call: () throws(RemoteError) -> T) throws(RemoteError) -> T {
+        try check()
+        do throws(RemoteError) {
+            let result = try call()
+            if state.isOffline { state.set(offline: false) }
+            return result
+        } catch {
+            switch error {
+            case .unavailable, .cancelled: break
+            default: if state.isOffline { state.set(offline: false) }
+            }
+            throw error
+        }
+    }
+
+    public func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try pass { () throws(RemoteError) in try base.metadata(path: path) } }
     public func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
-        try check(); return try base.listFolder(path: path, recursive: recursive, limit: limit)
+        try pass { () throws(RemoteError) in try base.listFolder(path: path, recursive: recursive, limit: limit) }
     }
     public func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
-        try check(); return try base.listFolderContinue(cursor: cursor)
+        try pass { () throws(RemoteError) in try base.listFolderContinue(cursor: cursor) }
     }
     public func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String {
-        try check(); return try base.latestCursor(path: path, recursive: recursive)
+        try pass { () throws(RemoteError) in try base.latestCursor(path: path, recursive: recursive) }
     }
     public func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) {
-        try check(); return try base.longpoll(cursor: cursor, timeout: timeout)
+        try pass { () throws(RemoteError) in try base.longpoll(cursor: cursor, timeout: timeout) }
     }
     public func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
-        try check(); try base.download(path: path, rev: rev, range: range, sink: sink)
+        try pass { () throws(RemoteError) in try base.download(path: path, rev: rev, range: range, sink: sink) }
     }
     public func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
-        try check(); return try base.upload(file: file, length: length, commit: commit, progress: progress)
+        try pass { () throws(RemoteError) in try base.upload(file: file, length: length, commit: commit, progress: progress) }
     }
-    public func startSession(concurrent: Bool) throws(RemoteError) -> String { try check(); return try base.startSession(concurrent: concurrent) }
+    public func startSession(concurrent: Bool) throws(RemoteError) -> String { try pass { () throws(RemoteError) in try base.startSession(concurrent: concurrent) } }
     public func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
-        try check(); try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+        try pass { () throws(RemoteError) in try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress) }
     }
     public func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
-        try check(); return try base.finishBatch(entries)
+        try pass { () throws(RemoteError) in try base.finishBatch(entries) }
     }
-    public func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.createFolder(path: path) }
-    public func delete(path: String) throws(RemoteError) { try check(); try base.delete(path: path) }
-    public func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.move(from: from, to: to) }
-    public func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try check(); return try base.copy(from: from, to: to) }
-    public func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try check(); return try base.spaceUsage() }
+    public func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.createFolder(path: path) } }
+    public func delete(path: String) throws(RemoteError) { try pass { () throws(RemoteError) in try base.delete(path: path) } }
+    public func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.move(from: from, to: to) } }
+    public func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.copy(from: from, to: to) } }
+    public func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try pass { () throws(RemoteError) in try base.spaceUsage() } }
 }
