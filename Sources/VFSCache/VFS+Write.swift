@@ -35,11 +35,14 @@ extension VFS {
         guard let meta = node.file else { throw wantsWrite ? .isDirectory : .isDirectory }
         guard let path = metadata.path(of: ino) else { throw .noEntry }
         let existing = localFiles.existing(ino)
-        let engineStaging = node.local == .dirty ? nil : writeBack.stagingFile(path: path)
+        let engineStaging = writeBack.stagingFile(path: path)
         let hasLocalBytes = node.local == .dirty || engineStaging != nil
         guard wantsWrite || hasLocalBytes else { return nil }
 
         let file = existing ?? localFiles.file(ino)
+        if !wantsWrite, engineStaging == nil, node.local == .remote || existing?.withLock({ existing!.staging }) == nil {
+            return nil   // committed meanwhile: the server's rev has the bytes
+        }
         var remoteView: OpenFile?
         if !hasLocalBytes, let id = node.id, meta.size > 0 {
             remoteView = makeReader(ino, path: path, fileID: id, file: meta)
@@ -261,6 +264,11 @@ extension VFS {
             try journal(handle, force: last && file.withLock { file.writing })
         } catch {
             logger.error("\(metadata.path(of: ino) ?? "inode \(ino)"): cannot queue the upload at close: \(error); the bytes stay staged")
+        }
+        // Already committed (the event came while the file was open): forget it now.
+        if last, let path = metadata.path(of: ino), writeBack?.stagingFile(path: path) == nil,
+           metadata.node(ino)?.local == .remote {
+            localFiles.dropIfIdle(ino)
         }
         return true
     }
