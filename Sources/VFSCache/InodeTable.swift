@@ -10,12 +10,21 @@ import Foundation
 struct InodeTable {
     // Internal (not private) so the write side (InodeTable+Write.swift) can add local nodes.
     var nodes = NodeStorage()
+    /// Side tables, so `Node` stays small (see NodeStorage.swift); entries go with their node.
+    /// When each folder alone was last listed completely (absent: never).
+    private var listedAt: [InodeNumber: Double] = [:]
+    /// Per folder: names confirmed absent by a metadata call, with the time of the answer.
+    private var negatives: [InodeNumber: [String: Double]] = [:]
+    /// When a metadata call last confirmed a node on its own (outside any listing).
+    private var confirmedAt: [InodeNumber: Double] = [:]
+    /// Rev the kernel last opened a file at (for keep_cache).
+    private var openedRevs: [InodeNumber: String] = [:]
     var nextIno: InodeNumber = rootInode + 1
     /// Bumped by every complete listing, for mark-and-sweep.
     private var currentGeneration: UInt64 = 0
 
     init() {
-        nodes[rootInode] = Node(ino: rootInode, parent: 0, name: "", key: "", kind: .directory, id: nil)
+        nodes[rootInode] = Node(ino: rootInode, parent: 0, name: "", kind: .directory, id: nil)
     }
 
     subscript(ino: InodeNumber) -> Node? { nodes[ino] }
@@ -84,11 +93,11 @@ struct InodeTable {
         }
         let ino = nextIno
         nextIno += 1
-        var node = Node(ino: ino, parent: parent, name: entry.name, key: key, kind: kind, id: entry.id)
+        var node = Node(ino: ino, parent: parent, name: entry.name, kind: kind, id: entry.id)
         node.generation = generation
         nodes[ino] = node
         nodes[parent]!.children[key] = ino
-        nodes[parent]!.negatives[key] = nil
+        clearNegative(key, in: parent)
         return ino
     }
 
@@ -121,11 +130,12 @@ struct InodeTable {
             guard var item = nodes[current] else { continue }
             stack.append(contentsOf: item.children.values)
             if item.lookupCount == 0 {
-                nodes[current] = nil
+                remove(current)
             } else {
                 item.parent = 0
                 item.children = [:]
-                item.listedAt = nil
+                listedAt[current] = nil
+                negatives[current] = nil
                 nodes[current] = item
             }
         }
@@ -145,30 +155,50 @@ struct InodeTable {
         for node in stale { detach(node.ino) }
     }
 
+    /// When the folder alone was last listed completely (nil: never).
+    func listedAt(_ ino: InodeNumber) -> Double? { listedAt[ino] }
+    /// When a metadata call confirmed `key` absent from `parent` (nil: it did not).
+    func negative(_ key: String, in parent: InodeNumber) -> Double? { negatives[parent]?[key] }
+    func confirmedAt(_ ino: InodeNumber) -> Double? { confirmedAt[ino] }
+    func lastOpenedRev(_ ino: InodeNumber) -> String? { openedRevs[ino] }
+
     mutating func setListed(_ ino: InodeNumber, at time: Double) {
         guard nodes[ino]?.isDirectory == true else { return }
-        nodes[ino]!.listedAt = time
-        nodes[ino]!.negatives = [:]
+        listedAt[ino] = time
+        negatives[ino] = nil
     }
 
     mutating func setAllListed(at time: Double) {
-        for (ino, node) in nodes where node.isDirectory && node.isAttached {
-            nodes[ino]!.listedAt = time
-            nodes[ino]!.negatives = [:]
-        }
+        for (ino, node) in nodes where node.isDirectory && node.isAttached { listedAt[ino] = time }
+        negatives = [:]
     }
 
     mutating func setNegative(_ key: String, in parent: InodeNumber, at time: Double) {
         guard nodes[parent]?.isDirectory == true else { return }
-        nodes[parent]!.negatives[key] = time
+        negatives[parent, default: [:]][key] = time
+    }
+
+    mutating func clearNegative(_ key: String, in parent: InodeNumber) {
+        negatives[parent]?[key] = nil
     }
 
     mutating func setConfirmed(_ ino: InodeNumber, at time: Double) {
-        nodes[ino]?.confirmedAt = time
+        guard nodes[ino] != nil else { return }
+        confirmedAt[ino] = time
     }
 
     mutating func setLastOpenedRev(_ ino: InodeNumber, _ rev: String?) {
-        nodes[ino]?.lastOpenedRev = rev
+        guard nodes[ino] != nil else { return }
+        openedRevs[ino] = rev
+    }
+
+    /// Drops the node and its side-table entries.
+    private mutating func remove(_ ino: InodeNumber) {
+        nodes[ino] = nil
+        listedAt[ino] = nil
+        negatives[ino] = nil
+        confirmedAt[ino] = nil
+        openedRevs[ino] = nil
     }
 
     // MARK: Lookup counts
@@ -182,7 +212,7 @@ struct InodeTable {
         guard ino != rootInode, var node = nodes[ino] else { return }
         node.lookupCount -= min(count, node.lookupCount)
         if node.lookupCount == 0 && !node.isAttached {
-            nodes[ino] = nil
+            remove(ino)
         } else {
             nodes[ino] = node
         }

@@ -124,7 +124,7 @@ final class MetadataCache: @unchecked Sendable {
             return .found(table[child]!)
         }
         let listedRecently = lastListed(dir).map { now - $0 < config.negativeTTL } ?? false
-        let knownAbsent = dir.negatives[key].map { now - $0 < config.negativeTTL } ?? false
+        let knownAbsent = table.negative(key, in: parent).map { now - $0 < config.negativeTTL } ?? false
         guard !trustingListing, !listedRecently, !knownAbsent, let parentPath = table.path(of: parent) else { return .absent }
         var heldWhole = false
         if case .recursive = tree { heldWhole = true }
@@ -167,7 +167,7 @@ final class MetadataCache: @unchecked Sendable {
         lock.lock()
         guard let node = table[ino] else { lock.unlock(); throw .noEntry }
         guard node.parent != 0, let parent = table[node.parent] else { lock.unlock(); return node }
-        let times = [lastListed(parent), node.confirmedAt].compactMap { $0 }
+        let times = [lastListed(parent), table.confirmedAt(ino)].compactMap { $0 }
         if let newest = times.max(), now - newest < config.directoryTTL { lock.unlock(); return node }
         var heldWhole = false
         if case .recursive = tree { heldWhole = true }
@@ -216,7 +216,7 @@ final class MetadataCache: @unchecked Sendable {
     /// before (so its page cache still holds these bytes).
     func noteOpened(_ ino: InodeNumber, rev: String) -> Bool {
         locked { table in
-            let same = table[ino]?.lastOpenedRev == rev
+            let same = table.lastOpenedRev(ino) == rev
             table.setLastOpenedRev(ino, rev)
             return same
         }
@@ -230,7 +230,7 @@ final class MetadataCache: @unchecked Sendable {
     /// When the folder's contents were last confirmed complete, by its own listing or the tree's.
     private func lastListed(_ dir: Node) -> Double? {
         var times: [Double] = []
-        if let listed = dir.listedAt { times.append(listed) }
+        if let listed = table.listedAt(dir.ino) { times.append(listed) }
         if case .recursive(_, let at) = tree, dir.isAttached { times.append(watched ? .infinity : at) }
         return times.max()
     }

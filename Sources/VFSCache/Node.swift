@@ -44,29 +44,24 @@ struct Node: Sendable {
     var parent: InodeNumber
     /// Display-case name (the last path component as Dropbox shows it).
     var name: String
-    /// Lowercased name, the key under the parent (Dropbox's case-insensitive rule).
-    var key: String
     var kind: Kind
     /// Dropbox id ("id:..."); nil for the mount root.
     var id: String?
     var local: LocalState = .remote
     /// FUSE lookup count: the kernel's references to this inode.
     var lookupCount: UInt64 = 0
-    /// Rev the kernel last opened this file at (for keep_cache).
-    var lastOpenedRev: String?
-    /// When a metadata call last confirmed this node on its own (outside any listing).
-    var confirmedAt: Double?
     /// Listing generation that last confirmed this node (mark and sweep of stale entries).
     var generation: UInt64 = 0
 
-    // Folder state (empty for files).
-    /// Children by lowercased name.
+    /// Children by lowercased name (empty for files).
     var children: [String: InodeNumber] = [:]
-    /// When this folder alone was last listed completely (nil: never).
-    var listedAt: Double?
-    /// Names confirmed absent by a metadata call, with the time of the answer.
-    var negatives: [String: Double] = [:]
 
+    // Kept small on purpose (a million of these may be cached): rarely set and folder-only state
+    // (when a folder was listed, its negative answers, a node's last confirmation and the rev the
+    // kernel last opened) lives in side tables of `InodeTable`.
+
+    /// Lowercased name, the key under the parent (Dropbox's case-insensitive rule).
+    var key: String { InodeTable.key(name) }
     var isDirectory: Bool { kind == .directory }
     var isAttached: Bool { parent != 0 || ino == rootInode }
     var file: FileMetadata? { if case .file(let meta) = kind { return meta } else { return nil } }
