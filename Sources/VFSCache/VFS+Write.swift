@@ -31,8 +31,15 @@ extension VFS {
             if wantsWrite { throw .readOnly }
             return nil
         }
-        let node = try metadata.refreshedNode(ino)
-        guard let meta = node.file else { throw wantsWrite ? .isDirectory : .isDirectory }
+        // A plain read of a clean file is the read side's, which refreshes the node itself:
+        // decide that without a refresh of our own (no second remote call, e.g. while offline).
+        if !wantsWrite, let cached = metadata.node(ino), cached.local == .remote, localFiles.existing(ino) == nil,
+           let cachedPath = metadata.path(of: ino), writeBack.stagingFile(path: cachedPath) == nil {
+            return nil
+        }
+        let node: Node
+        if !wantsWrite, let cached = metadata.node(ino) { node = cached } else { node = try metadata.refreshedNode(ino) }
+        guard let meta = node.file else { throw .isDirectory }
         guard let path = metadata.path(of: ino) else { throw .noEntry }
         let existing = localFiles.existing(ino)
         let engineStaging = writeBack.stagingFile(path: path)

@@ -108,6 +108,14 @@ def assert_remote_matches(emu, local_dir, root):
         assert entry["content_hash"] == content_hash(data), name
 
 
+def wait_visible(path, timeout=10):
+    """Waits until a file made through the API shows on the mount (the change watcher's delay)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not path.exists():
+        time.sleep(0.1)
+    assert path.exists(), path
+
+
 def make_tree(root, files=40, seed=1):
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -225,6 +233,7 @@ def test_append_and_truncate(writer):
 def test_random_and_sparse_writes_and_rdwr_without_truncate(writer):
     original = random.Random(5).randbytes(3 * BLOCK + 123)
     writer.emu.upload("/rw.bin", original)
+    wait_visible(writer.path / "rw.bin")
     expected = bytearray(original)
     with open(writer.path / "rw.bin", "r+b") as f:     # O_RDWR, no O_TRUNC: the old bytes stay
         for offset in (5, BLOCK - 2, 2 * BLOCK + 7):
@@ -395,9 +404,7 @@ def test_large_file(writer, tmp_path):
 
 def test_conflict_while_open_keeps_both(writer):
     writer.emu.upload("/shared.txt", b"original\n")
-    deadline = time.monotonic() + 10       # the change watcher brings it to the mount
-    while time.monotonic() < deadline and not (writer.path / "shared.txt").exists():
-        time.sleep(0.1)
+    wait_visible(writer.path / "shared.txt")
     assert (writer.path / "shared.txt").read_text() == "original\n"
     with open(writer.path / "shared.txt", "r+") as f:
         f.seek(0, 2)
