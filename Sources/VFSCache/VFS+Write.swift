@@ -485,6 +485,41 @@ extension VFS {
         }
     }
 
+    // MARK: After a restart
+
+    /// Makes the uploads resumed from the journal (a crash, or an unmount past the drain bound)
+    /// visible: each pending file shows its local size and bytes, also when Dropbox has never
+    /// seen it. Call once the tree is loaded; lists the folders on the way (network).
+    public func showPendingUploads() {
+        guard let writeBack else { return }
+        for upload in writeBack.status().uploads {
+            var components = upload.path.split(separator: "/").map(String.init)
+            guard let name = components.popLast() else { continue }
+            var parent = rootInode
+            for folder in components {
+                guard let child = try? metadata.child(of: parent, named: folder), child.isDirectory else { parent = 0; break }
+                parent = child.ino
+            }
+            guard parent != 0, let staging = writeBack.stagingFile(path: upload.path) else { continue }
+            let size = (try? staging.size()) ?? upload.size
+            let ino: InodeNumber
+            if let existing = try? metadata.child(of: parent, named: name) {
+                guard !existing.isDirectory else { continue }
+                ino = existing.ino
+            } else {
+                guard let node = try? metadata.insertLocalFile(parent: parent, name: name, modified: Date()) else { continue }
+                metadata.forget(node.ino, count: 1)   // no kernel reference yet
+                ino = node.ino
+            }
+            metadata.setLocal(ino, size: size)
+            // Committed while we looked: show the server's entry instead of a stale local one.
+            if writeBack.stagingFile(path: upload.path) == nil, let entry = try? remote.metadata(path: upload.path) {
+                metadata.applyCommitted(path: upload.path, entry: entry, stillDirty: false)
+            }
+            logger.info("pending upload shown on the mount: \(upload.path) (\(size) bytes)")
+        }
+    }
+
     // MARK: Engine events
 
     func handleWriteBackEvent(_ event: WriteBackEvent) {

@@ -109,6 +109,10 @@ struct MountBackend: CustomStringConvertible {
             operations.shutdown()
             throw Failure(description: offlineAt!.reason)
         }
+        // Uploads resumed from the journal show on the mount (in the background: it may list folders).
+        if let vfs, (vfs.writeBack?.status().pendingFiles ?? 0) > 0 {
+            Thread { vfs.showPendingUploads() }.start()
+        }
         let status = MountStatusSource(
             account: AccountReport(email: account.email, displayName: account.displayName,
                                    accountId: account.accountID, profile: credentials.profile),
