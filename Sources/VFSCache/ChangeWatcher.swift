@@ -145,7 +145,9 @@ public final class ChangeWatcher: Sendable {
             try connect()
             return
         }
-        if catchUp {
+        // Offline, a continue is the probe: it answers at once (a long-poll would hold the news
+        // that Dropbox is back until its timeout) and brings whatever changed meanwhile.
+        if catchUp || offline.isOffline {
             try readChanges(from: cursor)
             state.withLock { $0.needsCatchUp = false }
             setOnline()

@@ -40,10 +40,12 @@ public final class OfflineState: Sendable {
 public final class OfflineGatedRemote: RemoteStore, Sendable {
     public let base: any RemoteStore
     public let state: OfflineState
-    private let probeInterval: Duration
+    /// nil: no probes, every call fails at once while offline (the mount's choice: its watcher
+    /// probes on a fail-fast client, so no user call pays the retry budget against a dead network).
+    private let probeInterval: Duration?
     private let lastProbe = Mutex<ContinuousClock.Instant?>(nil)
 
-    public init(_ base: any RemoteStore, state: OfflineState, probeInterval: Duration = .seconds(1)) {
+    public init(_ base: any RemoteStore, state: OfflineState, probeInterval: Duration? = .seconds(1)) {
         self.base = base; self.state = state; self.probeInterval = probeInterval
     }
 
@@ -51,6 +53,7 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
         guard state.isOffline else { return }
         let now = ContinuousClock.now
         let mayProbe = lastProbe.withLock { last in
+            guard let probeInterval else { return false }
             if let last, now - last < probeInterval { return false }
             last = now
             return true

@@ -25,7 +25,7 @@ final class ChangeFeed: Sendable {
         }
         let sink = ForwardingInvalidationSink()
         let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: store, offline: offline,
-                                    options: ChangeWatcher.Options(longpollTimeout: 30, retryDelay: 1, maxRetryDelay: 10))
+                                    options: ChangeWatcher.Options(longpollTimeout: 30, retryDelay: 1, maxRetryDelay: 2))
         let loaded = watcher.loadPersistedTree()
         if loaded > 0 { logger.info("loaded \(loaded) entries of saved metadata") }
         return ChangeFeed(watcher: watcher, store: store, loadedEntries: loaded, forwarding: sink)

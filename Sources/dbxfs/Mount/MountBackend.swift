@@ -94,7 +94,14 @@ struct MountBackend: CustomStringConvertible {
         let remote = DropboxRemoteStore(client: client, root: options.root)
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
-        let gated = OfflineGatedRemote(remote, state: offline)
+        // No probes through the gate: a probe is a user's call paying the client's whole retry
+        // budget (~6 s) against a dead network. The watcher probes instead, every 1-2 s, on its own
+        // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
+        let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
+        let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                                             retryPolicy: RetryPolicy(maxAttempts: 2)),
+                                          tokens: credentials.tokens)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -104,7 +111,7 @@ struct MountBackend: CustomStringConvertible {
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
         let operations = try makeFilesystem(remote: gated, config: config, logger: logger, readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
-        let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: remote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
+        let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: watcherRemote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
         if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
             operations.shutdown()
             throw Failure(description: offlineAt!.reason)
