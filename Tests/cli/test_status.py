@@ -112,7 +112,9 @@ def test_status_during_a_large_upload_moves_forward_then_completes(cli, emulator
     source = tmp_path / "big.bin"
     with open(source, "wb") as f:
         f.write(os.urandom(1 << 20) * 256)
-    emulator.config(bandwidth=64 << 20)
+    # Slow enough that the part left after close (most of it is streamed while cp writes) takes
+    # several seconds to upload, so status can see it move.
+    emulator.config(bandwidth=16 << 20)
     try:
         with Mount(cli, mountpoint, mount_args(cli, emulator), env=ENV):
             try:
