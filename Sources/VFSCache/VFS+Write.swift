@@ -157,6 +157,9 @@ extension VFS {
         let writeBack = try requireWriteBack()
         guard let node = metadata.node(file.ino), let meta = node.file else { throw .noEntry }
         let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
+        // Bytes the engine already holds for this path (pending upload, resumed after a restart)
+        // are the current content: never fill over them from the server.
+        if file.staging == nil { file.staging = writeBack.stagingFile(path: path) }
         let staging = try writeBack.beginWrite(path: path, base: base)
         if staging !== file.staging {
             let wanted = min(keepBytes ?? .max, meta.size)

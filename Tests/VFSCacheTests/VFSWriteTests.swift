@@ -12,8 +12,10 @@ import Testing
     final class Writable {
         let vfs: VFS
         let directory: URL
-        init(_ remote: InMemoryRemote, log: LogCapture = LogCapture()) throws {
-            directory = try temporaryDirectory()
+        let keepDirectory: Bool
+        init(_ remote: any RemoteStore, directory existing: URL? = nil, log: LogCapture = LogCapture()) throws {
+            directory = try existing ?? temporaryDirectory()
+            keepDirectory = existing != nil
             var writeBack = WriteBackConfiguration()
             writeBack.gatherDelay = 0.02
             writeBack.maxGatherTime = 0.2
@@ -27,7 +29,7 @@ import Testing
         deinit {
             vfs.writeBack?.shutdown(drainUntil: nil)
             vfs.shutdown()
-            try? FileManager.default.removeItem(at: directory)
+            if !keepDirectory { try? FileManager.default.removeItem(at: directory) }
         }
     }
 
@@ -200,6 +202,33 @@ import Testing
             Thread.sleep(forTimeInterval: 0.02)
         }
         #expect(listed.contains { $0.hasPrefix("doc (conflicted copy ") })
+    }
+
+    @Test func pendingBytesFromAnEarlierRunWinOverTheServersOlderVersion() throws {
+        let inner = InMemoryRemote()
+        inner.externalWrite("/p.txt", "old server bytes")
+        let remote = FailingRemote(inner) { operation, _ in
+            ["upload", "startSession", "finishBatch"].contains(operation) ? .unavailable("down") : nil
+        }
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        do {
+            let first = try Writable(remote, directory: directory)
+            let ino = try first.vfs.resolve("/p.txt")
+            let opened = try first.vfs.open(ino, flags: [.write, .truncate])
+            try write(first.vfs, ino, opened.handle, at: 0, Array("local!".utf8))
+            try close(first.vfs, ino, opened.handle)
+        }   // the engine stops with the upload still journaled
+        let second = try Writable(remote, directory: directory)
+        second.vfs.showPendingUploads()
+        let ino = try second.vfs.resolve("/p.txt")
+        #expect(try second.vfs.getattr(ino).0.size == 6)
+        // A truncate without an open must extend the pending bytes, not the server's.
+        _ = try second.vfs.setattr(ino, changes: AttributeChanges(size: 8), handle: nil)
+        #expect(try second.vfs.readAll(ino) == Array("local!".utf8) + [0, 0])
+        remote.setRule { _, _ in nil }
+        second.sync()
+        #expect(inner.content("/p.txt") == Array("local!".utf8) + [0, 0])
     }
 
     @Test func withoutAnEngineEveryWriteIsReadOnly() throws {
