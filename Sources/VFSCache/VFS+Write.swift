@@ -347,9 +347,13 @@ extension VFS {
         let file = localFiles.file(node.ino)
         do throws(Errno) {
             try file.withLock { () throws(Errno) in
+                // Bytes still pending for this path from an earlier run (not shown yet) are the
+                // file's content: O_CREAT alone keeps them, O_TRUNC drops them.
+                let pending = writeBack.stagingFile(path: path)
                 let staging = try writeBack.beginWrite(path: path, base: .newFile)
-                // A leftover staging file for this path (a resumed upload) must not leak into the new file.
-                try staging.truncate(to: 0)
+                if pending == nil || flags.contains(.truncate) { try staging.truncate(to: 0) }
+                let size = try staging.size()
+                if size > 0 { metadata.setLocal(node.ino, size: size) }
                 file.staging = staging
                 file.writing = true
                 file.sequentialPrefix = 0
@@ -365,7 +369,7 @@ extension VFS {
         handle.wrote.store(true, ordering: .relaxed)
         let id = nextHandle.add(1, ordering: .relaxed).oldValue
         localFiles.add(handle, as: id)
-        return (entryReply(node), OpenReply(handle: id, keepCache: false))
+        return (entryReply(metadata.node(node.ino) ?? node), OpenReply(handle: id, keepCache: false))
     }
 
     public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply {
