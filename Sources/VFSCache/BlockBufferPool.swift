@@ -35,11 +35,37 @@ final class BlockBufferPool: Sendable {
         if let reused, let pointer = UnsafeMutableRawPointer(bitPattern: reused) {
             return UnsafeMutableRawBufferPointer(start: pointer, count: byteCount)
         }
-        let address = mmap(nil, byteCount, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0)
-        guard let address, address != MAP_FAILED else {
+        return Self.map(byteCount)
+    }
+
+    private static let hugePage = 2 << 20
+    private static let madviseHugePage: Int32 = 14        // MADV_HUGEPAGE
+    private static let madvisePopulateWrite: Int32 = 23   // MADV_POPULATE_WRITE (Linux 5.14)
+
+    /// Fresh memory, populated. Sizes that are multiples of 2 MiB are placed on a 2 MiB boundary
+    /// and asked for transparent huge pages: the kernel then pins and copies a 1 MiB FUSE reply
+    /// from one page instead of 256, and populating takes 2 faults per 4 MiB instead of 1024.
+    private static func map(_ byteCount: Int) -> UnsafeMutableRawBufferPointer {
+        let huge = byteCount % hugePage == 0
+        let span = huge ? byteCount + hugePage : byteCount
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | (huge ? 0 : MAP_POPULATE)
+        guard let raw = mmap(nil, span, PROT_READ | PROT_WRITE, flags, -1, 0), raw != MAP_FAILED else {
             fatalError("cannot map \(byteCount) bytes for a cache block: \(String(cString: strerror(errno)))")
         }
-        return UnsafeMutableRawBufferPointer(start: address, count: byteCount)
+        guard huge else { return UnsafeMutableRawBufferPointer(start: raw, count: byteCount) }
+        // Trim the mapping to the aligned range; the rest goes back at once.
+        let start = Int(bitPattern: raw)
+        let aligned = (start + hugePage - 1) / hugePage * hugePage
+        if aligned > start { munmap(raw, aligned - start) }
+        let end = aligned + byteCount
+        if start + span > end { munmap(UnsafeMutableRawPointer(bitPattern: end)!, start + span - end) }
+        let base = UnsafeMutableRawPointer(bitPattern: aligned)!
+        _ = madvise(base, byteCount, madviseHugePage)
+        if madvise(base, byteCount, madvisePopulateWrite) != 0 {
+            // Older kernels: fault the pages in by hand, one write per 4 KiB.
+            for offset in stride(from: 0, to: byteCount, by: 4096) { base.storeBytes(of: 0, toByteOffset: offset, as: UInt8.self) }
+        }
+        return UnsafeMutableRawBufferPointer(start: base, count: byteCount)
     }
 
     /// Takes the buffer back: kept for reuse while under the cap, else unmapped.

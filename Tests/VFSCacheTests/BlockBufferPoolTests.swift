@@ -1,5 +1,5 @@
 /// `BlockBufferPool`: freed block buffers are handed out again (same size only), and the pool
-/// keeps no more than its cap.
+/// keeps no more than its cap; huge-page-sized buffers are aligned.
 import Testing
 @testable import VFSCache
 
@@ -22,5 +22,20 @@ import Testing
         for buffer in extra { pool.give(buffer) }
         pool.give(other)
         #expect(pool.pooledBytes == 2 * 8192)
+    }
+
+    /// Block sizes that are multiples of 2 MiB are mapped on a 2 MiB boundary (for huge pages),
+    /// and every byte is usable.
+    @Test func hugePageSizedBuffersAreAlignedAndWritable() {
+        let pool = BlockBufferPool(capBytes: 0)
+        for size in [2 << 20, 4 << 20] {
+            let buffer = pool.take(byteCount: size)
+            #expect(Int(bitPattern: buffer.baseAddress) % (2 << 20) == 0)
+            #expect(buffer.count == size)
+            buffer.initializeMemory(as: UInt8.self, repeating: 7)
+            #expect(buffer[0] == 7 && buffer[size - 1] == 7)
+            pool.give(buffer)
+        }
+        #expect(pool.pooledBytes == 0)
     }
 }
