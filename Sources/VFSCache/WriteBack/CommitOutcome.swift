@@ -29,7 +29,12 @@ extension WriteBackEngine {
     func prepare(_ job: inout UploadJob) throws(RemoteError) -> RemoteEntry? {
         guard job.record.contentHash == nil || job.verifyContent else { return nil }
         let hash: String
-        do { hash = try job.file.contentHash(length: job.record.size) } catch {
+        do {
+            // After a restart nothing hashed in memory exists; otherwise only the tail after the
+            // blocks hashed while the file was written is read here.
+            let digests = job.verifyContent ? nil : takePrefixDigests(job)
+            hash = try contentHash(of: job.file, size: job.record.size, digestsOfFirstBlocks: digests ?? [])
+        } catch {
             throw RemoteError.other("cannot read staging file of \(job.record.path): \(error)")
         }
         if let old = job.record.contentHash, old != hash {

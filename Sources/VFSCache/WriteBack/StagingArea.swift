@@ -7,6 +7,7 @@
 /// - a full disk is reported as `Errno.noSpace` by the write that hit it, never dropped.
 import ContentHash
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -64,6 +65,10 @@ public final class StagingFile: Sendable {
     /// File name inside the staging directory (what the journal records).
     public let name: String
     private let fd: Int32
+    /// The lowest offset written or truncated to since `takeLowestChange` last ran (UInt64.max:
+    /// none). Lets the hash computed while the file is written (PrefixHash.swift) prove that the
+    /// bytes it hashed are still the bytes on disk, whatever the facade reports.
+    private let lowestChange = Atomic<UInt64>(.max)
 
     fileprivate init(url: URL, name: String, create: Bool) throws(Errno) {
         let flags = O_RDWR | O_CLOEXEC | (create ? (O_CREAT | O_EXCL) : 0)
@@ -84,6 +89,21 @@ public final class StagingFile: Sendable {
                 throw Self.classify(errno)
             }
             done += n
+        }
+        // After the bytes are in: a hash read that raced this write is caught by the next take.
+        noteChange(at: offset)
+    }
+
+    /// The lowest offset changed since the previous call, and starts a new period.
+    func takeLowestChange() -> UInt64 { lowestChange.exchange(.max, ordering: .sequentiallyConsistent) }
+
+    private func noteChange(at offset: UInt64) {
+        var current = lowestChange.load(ordering: .sequentiallyConsistent)
+        while offset < current {
+            let (exchanged, original) = lowestChange.compareExchange(expected: current, desired: offset,
+                                                                     ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            current = original
         }
     }
 
@@ -117,6 +137,7 @@ public final class StagingFile: Sendable {
     /// Sets the size (truncate or sparse extension).
     public func truncate(to size: UInt64) throws(Errno) {
         if ftruncate(fd, off_t(size)) != 0 { throw Self.classify(errno) }
+        noteChange(at: size)
     }
 
     public func size() throws(Errno) -> UInt64 {

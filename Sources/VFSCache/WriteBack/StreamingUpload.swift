@@ -39,6 +39,11 @@ extension WriteBackEngine {
     public func noteSequentialProgress(path: String, contiguousBytes: UInt64) {
         condition.lock(); defer { condition.unlock() }
         guard !stopped, let dirty = files[Self.key(path)], dirty.writing else { return }
+        if dirty.prefixHash == nil, contiguousBytes >= configuration.largeFileThreshold { dirty.prefixHash = PrefixHash() }
+        if let prefix = dirty.prefixHash {
+            prefix.writtenPrefix = max(prefix.writtenPrefix, contiguousBytes)
+            pumpHash(prefix, file: dirty.file)
+        }
         if dirty.streaming == nil {
             guard contiguousBytes >= configuration.largeFileThreshold else { return }
             dirty.streaming = StreamingUpload(staging: dirty.file.name)
@@ -53,6 +58,11 @@ extension WriteBackEngine {
     /// a truncate): its streaming session is abandoned and the upload happens after close.
     public func noteRewrite(path: String) {
         condition.lock(); defer { condition.unlock() }
+        if let dirty = files[Self.key(path)], dirty.writing, let prefix = dirty.prefixHash {
+            // A later noteSequentialProgress (after a truncate to 0) starts a fresh one.
+            prefix.invalid = true
+            dirty.prefixHash = nil
+        }
         guard let dirty = files[Self.key(path)], let stream = dirty.streaming, !stream.handedOver else { return }
         stream.cancelled.store(true, ordering: .relaxed)
         stream.failed = true

@@ -29,6 +29,11 @@ public final class WriteBackEngine: @unchecked Sendable {
     let chunkPool: UploadWorkerPool
     /// Mirrors `stopped` for progress callbacks, which run without the lock.
     let stopFlag = Atomic<Bool>(false)
+    /// Hashes the final blocks of files being written (PrefixHash.swift), one block at a time.
+    let hashQueue = DispatchQueue(label: "dbxfs.writeback.hash", qos: .utility)
+    /// Bytes read to hash at commit time (for tests and benchmarks: with the prefix hashed while
+    /// the file was written, only the tail should be).
+    let bytesHashedAtCommit = Atomic<UInt64>(0)
 
     let condition = NSCondition()
     var files: [String: DirtyFile] = [:]
@@ -101,6 +106,10 @@ public final class WriteBackEngine: @unchecked Sendable {
             if !dirty.writing, let stream = dirty.streaming {
                 stream.cancelled.store(true, ordering: .relaxed)
                 if !stream.busy { dirty.streaming = nil }
+            }
+            if !dirty.writing, let prefix = dirty.prefixHash {
+                prefix.invalid = true
+                dirty.prefixHash = nil
             }
             dirty.writing = true
             dirty.hardError = nil
@@ -556,6 +565,8 @@ final class DirtyFile {
     var verifyContent = false
     /// A session started while the file was still being written (StreamingUpload.swift).
     var streaming: StreamingUpload?
+    /// Digests of the blocks final while the file was written (PrefixHash.swift).
+    var prefixHash: PrefixHash?
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

@@ -1,0 +1,88 @@
+/// The content hash of a large file computed while it is written (PrefixHash.swift): only the tail
+/// is read at commit time, and any change below the hashed blocks, reported or not, falls back to
+/// hashing the whole file, so the commit always carries the hash of the bytes on disk.
+import ContentHash
+import Foundation
+import Synchronization
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct WriteBackHashingTests {
+    @Test func blocksHashedWhileWritingLeaveOnlyTheTailForTheCommit() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(21 << 20, seed: 21)   // 5 whole blocks + 1 MiB
+        try writeSequentially(engine, "/hashed.bin", data)
+        let generation = try engine.close(path: "/hashed.bin")
+        try engine.waitUntilCommitted(path: "/hashed.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/hashed.bin"), data))
+        #expect(fixture.probe.landedCommits == ["/hashed.bin"])
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) == 1 << 20)
+        let event = fixture.events.waitFor { if case .committed = $0 { true } else { false } }
+        guard case .committed(_, _, let entry)? = event else { Issue.record("no commit event"); return }
+        #expect(entry.contentHash == DropboxContentHasher.hash(data))
+    }
+
+    @Test func reportedRewriteBelowTheHashedBlocksHashesTheWholeFile() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(16 << 20, seed: 22)
+        try writeSequentially(engine, "/patched.bin", data)
+        #expect(eventually { digestedBlocks(engine, "/patched.bin") == 4 })
+        engine.noteRewrite(path: "/patched.bin")
+        try engine.stagingFile(path: "/patched.bin")!.write(at: 4 << 20, bytes("PATCHED"))
+        data.replaceSubrange((4 << 20)..<((4 << 20) + 7), with: bytes("PATCHED"))
+        let generation = try engine.close(path: "/patched.bin")
+        try engine.waitUntilCommitted(path: "/patched.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/patched.bin"), data))
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) == 16 << 20)
+    }
+
+    @Test func unreportedRewriteBelowTheHashedBlocksIsCaughtByTheStagingFile() throws {
+        // The facade forgot noteRewrite: the staging file's record of the lowest change still
+        // makes the commit hash the whole file, so the hash matches the bytes on disk.
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(12 << 20, seed: 23)
+        try writeSequentially(engine, "/quiet.bin", data)
+        #expect(eventually { digestedBlocks(engine, "/quiet.bin") == 3 })
+        try engine.stagingFile(path: "/quiet.bin")!.write(at: 5, bytes("X"))
+        data[5] = UInt8(ascii: "X")
+        let generation = try engine.close(path: "/quiet.bin")
+        try engine.waitUntilCommitted(path: "/quiet.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/quiet.bin"), data))
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) >= 12 << 20)
+    }
+
+    @Test func truncateBelowTheHashedBlocksHashesWhatIsLeft() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(16 << 20, seed: 24)
+        try writeSequentially(engine, "/cut.bin", data)
+        #expect(eventually { digestedBlocks(engine, "/cut.bin") == 4 })
+        try engine.stagingFile(path: "/cut.bin")!.truncate(to: 9 << 20)
+        let generation = try engine.close(path: "/cut.bin")
+        try engine.waitUntilCommitted(path: "/cut.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/cut.bin"), Array(data.prefix(9 << 20))))
+    }
+
+    /// Compares without printing megabytes of array on failure.
+    private func sameBytes(_ stored: [UInt8]?, _ expected: [UInt8]) -> Bool { stored == expected }
+
+    private func digestedBlocks(_ engine: WriteBackEngine, _ path: String) -> Int {
+        engine.condition.lock(); defer { engine.condition.unlock() }
+        guard let prefix = engine.files[WriteBackEngine.key(path)]?.prefixHash, !prefix.hashing else { return -1 }
+        return prefix.digests.count
+    }
+
+    private func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
+        let file = try engine.beginWrite(path: path, base: .newFile)
+        var offset = 0
+        while offset < data.count {
+            let end = min(data.count, offset + (1 << 20))
+            try file.write(at: UInt64(offset), Array(data[offset..<end]))
+            offset = end
+            engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
+        }
+    }
+}
