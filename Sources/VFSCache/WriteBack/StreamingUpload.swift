@@ -25,6 +25,9 @@ final class StreamingUpload: @unchecked Sendable {
     var inFlight = 0
     var failed = false
     var handedOver = false
+    /// Bytes the server confirmed, for `dbxfs status` while the file is still being written.
+    var confirmedBytes: UInt64 = 0
+    let startedAt = Date()
     let cancelled = Atomic<Bool>(false)
 
     init(staging: String) { self.staging = staging }
@@ -108,6 +111,7 @@ extension WriteBackEngine {
                 } else if !self.dead && !stream.cancelled.load(ordering: .relaxed) {
                     do {
                         try self.journal.confirmChunk(staging: stream.staging, sessionID: sessionID, offset: offset, length: chunkSize)
+                        stream.confirmedBytes += chunkSize
                     } catch {
                         stream.failed = true
                     }

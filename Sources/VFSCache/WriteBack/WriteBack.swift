@@ -296,6 +296,20 @@ public final class WriteBackEngine: @unchecked Sendable {
         var uploads: [PendingUpload] = []
         var transfers: [TransferProgress] = []
         for (key, dirty) in files {
+            if dirty.writing {
+                // Open for writing: pending with the bytes written so far, and its streamed chunks
+                // (if any) as a transfer marked as still being written. Never "all committed".
+                var item = report(key, dirty)
+                item.size = (try? dirty.file.size()) ?? item.size
+                uploads.append(item)
+                if let stream = dirty.streaming, !stream.failed, !stream.cancelled.load(ordering: .relaxed) {
+                    let elapsed = max(now.timeIntervalSince(stream.startedAt), 0.001)
+                    transfers.append(TransferProgress(path: dirty.path, bytesDone: stream.confirmedBytes, bytesTotal: item.size,
+                                                      startedAt: stream.startedAt,
+                                                      bytesPerSecond: Double(stream.confirmedBytes) / elapsed, writing: true))
+                }
+                continue
+            }
             guard dirty.record != nil else { continue }
             uploads.append(report(key, dirty))
             if let active = dirty.active {

@@ -41,9 +41,13 @@ public struct TransferProgress: Sendable, Equatable {
     public var startedAt: Date
     /// Average since the transfer started.
     public var bytesPerSecond: Double
+    /// The file is still open for writing: `bytesTotal` is what was written so far, and
+    /// `bytesDone` the chunks streamed while it is written (StreamingUpload.swift).
+    public var writing: Bool = false
 }
 
-/// One journaled file that is not yet committed.
+/// One file that is not yet committed: journaled, or open for writing (then `size` is the bytes
+/// written so far and `generation` 0 until its first close).
 public struct PendingUpload: Sendable, Equatable {
     public var path: String
     public var size: UInt64

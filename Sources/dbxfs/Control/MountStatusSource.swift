@@ -61,7 +61,8 @@ final class MountStatusSource: Sendable {
                 let remaining = Double(transfer.bytesTotal &- min(transfer.bytesDone, transfer.bytesTotal))
                 let eta: Double? = transfer.bytesPerSecond > 0 ? remaining / transfer.bytesPerSecond : nil
                 return TransferReport(path: transfer.path, bytesDone: transfer.bytesDone, bytesTotal: transfer.bytesTotal,
-                                      bytesPerSecond: transfer.bytesPerSecond, etaSeconds: eta, startedAt: transfer.startedAt)
+                                      bytesPerSecond: transfer.bytesPerSecond, etaSeconds: transfer.writing ? nil : eta,
+                                      startedAt: transfer.startedAt, writing: transfer.writing)
             },
             pending: status.uploads.map(pending),
             conflicts: status.conflicts.map { ConflictReport(path: $0.path, copyPath: $0.copyPath, at: $0.at) },

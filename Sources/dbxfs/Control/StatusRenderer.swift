@@ -35,7 +35,7 @@ enum StatusRenderer {
         }
         // One name column for all bars, so the bars line up: as wide as the longest name, within
         // what the terminal leaves next to the figures (~70 columns).
-        let longest = uploads.transfers.map { ($0.path as NSString).lastPathComponent.count }.max() ?? 0
+        let longest = uploads.transfers.map { ($0.path as NSString).lastPathComponent.count + ($0.writing ? 10 : 0) }.max() ?? 0
         let nameWidth = max(8, min(longest, width - 4 - 72))
         for transfer in uploads.transfers {
             lines.append("    " + progressLine(transfer, nameWidth: nameWidth))
@@ -75,7 +75,9 @@ enum StatusRenderer {
         let rate = transfer.bytesPerSecond > 0 ? "\(bytes(Int64(transfer.bytesPerSecond)))/s" : "--/s"
         let eta = transfer.etaSeconds.map { "ETA \(duration($0))" } ?? "ETA --"
         var name = (transfer.path as NSString).lastPathComponent
-        if name.count > nameWidth { name = String(name.prefix(nameWidth - 1)) + "…" }
+        let suffix = transfer.writing ? " (writing)" : ""
+        if name.count + suffix.count > nameWidth { name = String(name.prefix(max(1, nameWidth - suffix.count - 1))) + "…" }
+        name += suffix
         return pad(name, nameWidth) + "  " + bar + " " + percent + "  " + padLeft(done, 10) + " / " + pad(of, 10)
             + "  " + padLeft(rate, 12) + "  " + eta
     }

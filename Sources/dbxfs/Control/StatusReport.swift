@@ -69,6 +69,8 @@ struct TransferReport: Codable, Sendable {
     /// Omitted while the rate is still unknown (zero).
     var etaSeconds: Double?
     var startedAt: Date
+    /// Still open for writing: `bytesTotal` grows, `bytesDone` counts chunks streamed meanwhile.
+    var writing: Bool
 }
 
 struct PendingReport: Codable, Sendable {

@@ -1,0 +1,42 @@
+/// `WriteBackEngine.status()` while a file is still open for writing: it counts as pending with
+/// the bytes written so far, never as "all committed", and its streamed chunks show as a transfer
+/// marked `writing`.
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct WriteBackStatusTests {
+    @Test func fileOpenForWritingIsPendingWithItsStreamedChunksAsATransfer() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/Big.bin", base: .newFile)
+        try file.write(at: 0, bytes("first bytes"))
+        var status = engine.status()
+        #expect(status.pendingFiles == 1)
+        #expect(status.pendingBytes == 11)
+        #expect(status.uploads.first?.openForWriting == true)
+        #expect(status.transfers.isEmpty)   // small so far: nothing streamed
+
+        let data = pseudoRandomBytes(13 << 20, seed: 31)
+        var offset = 0
+        while offset < data.count {
+            let end = min(data.count, offset + (1 << 20))
+            try file.write(at: UInt64(offset), Array(data[offset..<end]))
+            offset = end
+            engine.noteSequentialProgress(path: "/Big.bin", contiguousBytes: UInt64(offset))
+        }
+        #expect(eventually { engine.status().transfers.first?.bytesDone == 12 << 20 })
+        status = engine.status()
+        #expect(status.pendingFiles == 1)
+        #expect(status.pendingBytes == 13 << 20)
+        #expect(status.transfers.count == 1)
+        #expect(status.transfers.first?.writing == true)
+        #expect(status.transfers.first?.bytesTotal == 13 << 20)
+        #expect(status.transfers.first?.path == "/Big.bin")
+
+        let generation = try engine.close(path: "/Big.bin")
+        try engine.waitUntilCommitted(path: "/Big.bin", generation: generation, timeout: 30)
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(engine.status().transfers.isEmpty)
+    }
+}
