@@ -24,10 +24,14 @@ extension WriteBackEngine {
     }
 
     /// Hashes the staging file if needed. After a restart, also checks that the bytes still match
-    /// the journal (else the session is dropped), and whether a commit sent before the crash
-    /// landed: returns that entry if so.
+    /// the journal (else the session is dropped). Whenever a commit was sent and its outcome never
+    /// heard (a crash, or a request that timed out or lost its connection: the row stays
+    /// "committing"), asks whether it landed: returns that entry if so. Without this check the
+    /// retry would find the session gone and send the whole file again.
     func prepare(_ job: inout UploadJob) throws(RemoteError) -> RemoteEntry? {
-        guard job.record.contentHash == nil || job.verifyContent else { return nil }
+        guard job.record.contentHash == nil || job.verifyContent else {
+            return try landedEarlier(job, hash: job.record.contentHash!)
+        }
         let hash: String
         do {
             // After a restart nothing hashed in memory exists; otherwise only the tail after the
@@ -43,16 +47,22 @@ extension WriteBackEngine {
             job.record.sessionConcurrent = false
         }
         job.record.contentHash = hash
-        if job.verifyContent, job.record.state == .committing {
-            let target = job.record.commitPath ?? job.record.path
-            if let entry = try remote.metadata(path: target), !entry.isFolder, entry.contentHash == hash {
-                return entry
-            }
-        }
+        if let entry = try landedEarlier(job, hash: hash) { return entry }
         // A small file's hash reaches the journal with its "committing" mark (one transaction per
         // batch); a large file's now, since its session's chunks are only valid for these bytes.
         if job.active.large || job.verifyContent {
             guard persist(job, resetChunks: job.record.sessionID == nil, verified: job.verifyContent) else { throw .cancelled }
+        }
+        return nil
+    }
+
+    /// The remote entry if a commit of these bytes was sent earlier and landed unheard.
+    private func landedEarlier(_ job: UploadJob, hash: String) throws(RemoteError) -> RemoteEntry? {
+        guard job.record.state == .committing else { return nil }
+        let target = job.record.commitPath ?? job.record.path
+        if let entry = try remote.metadata(path: target), !entry.isFolder, entry.contentHash == hash {
+            WriteBackLog.info("\(job.record.path): a commit sent earlier landed unheard; it is ours")
+            return entry
         }
         return nil
     }
@@ -258,7 +268,10 @@ extension WriteBackEngine {
                 record.sessionID = nil; record.sessionClosed = false; record.sessionConcurrent = false
                 try? journal.forgetChunks(staging: record.staging)
             }
-            record.state = record.sessionID == nil ? .pending : .uploading
+            // A commit whose outcome is unknown (timed out, connection lost) stays "committing":
+            // the next attempt first asks Dropbox whether it landed (prepare).
+            let outcomeUnknown = record.state == .committing && !resetSession
+            if !outcomeUnknown { record.state = record.sessionID == nil ? .pending : .uploading }
         case .hold, .conflict:
             dirty.hardError = error
             dirty.notBefore = now.addingTimeInterval(configuration.hardFailureRetryDelay)
