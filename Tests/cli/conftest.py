@@ -9,11 +9,9 @@ Tests that mount skip cleanly when /dev/fuse or fusermount3 is missing.
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "Tests" / "support"))
 from emulator import EMULATOR, Emulator  # noqa: E402  (the shared emulator handle)
+import mounting  # noqa: E402
+from mounting import force_unmount, mounted_at  # noqa: E402,F401
 
 APP_KEY = "cli-test-app"
 STATIC_TOKEN = "cli-static-token"
@@ -133,74 +133,12 @@ def cli(dbxfs_binary, tmp_path):
     c.cleanup()
 
 
-def mounted_at(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split(" ")[4].replace("\\040", " ") == path for line in f)
-
-
-def force_unmount(path):
-    if not mounted_at(path):
-        return
-    subprocess.run(["fusermount3", "-u", str(path)], capture_output=True)
-    if mounted_at(path):
-        subprocess.run(["fusermount3", "-uz", str(path)], capture_output=True)
-
-
-class Mount:
-    """One `dbxfs -f` process serving one mountpoint; stop() unmounts and reaps it."""
+class Mount(mounting.Mount):
+    """One `dbxfs -f` process for a CLI test: the CLI's binary, in the CLI's isolated environment."""
 
     def __init__(self, cli, mountpoint, args, env=None):
+        super().__init__(cli.binary, mountpoint, args, env=env, base_env=cli.env)
         self.cli = cli
-        self.path = str(mountpoint)
-        self.args = list(args)
-        self.env = dict(cli.env, **(env or {}))
-        self.log_path = Path(self.path).parent / (Path(self.path).name + ".log")
-        self.proc = None
-        self.log = None
-
-    def start(self, timeout=30):
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([self.cli.binary, "-f", *self.args, self.path], env=self.env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if mounted_at(self.path):
-                return self
-            if self.proc.poll() is not None:
-                raise AssertionError(f"dbxfs exited with {self.proc.returncode}: {self.read_log()}")
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"mount did not come up in {timeout}s: {self.read_log()}")
-
-    def read_log(self):
-        try:
-            return Path(self.log_path).read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self):
-        force_unmount(self.path)
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-            self.proc = None
-        if self.log:
-            self.log.close()
-            self.log = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 @pytest.fixture
