@@ -151,6 +151,18 @@ extension WriteBackEngine {
                 return
             }
             conflicted(job, reason: reason)
+        case .failure(.sessionGone(let id)) where job.record.state == .committing:
+            // The client retried a commit whose first attempt landed unheard (a timeout, a lost
+            // connection): the retry finds the session consumed. If the remote holds our bytes,
+            // that was our commit; else start over.
+            let target = job.record.commitPath ?? job.record.path
+            if let current = (try? remote.metadata(path: target)) ?? nil, !current.isFolder,
+               current.contentHash == job.record.contentHash {
+                WriteBackLog.info("\(job.record.path): a commit retried after a lost reply had landed; it is ours")
+                committed(job, current)
+                return
+            }
+            failed(job, .sessionGone(id))
         case .failure(let error):
             failed(job, error)
         }

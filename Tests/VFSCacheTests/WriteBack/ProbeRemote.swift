@@ -19,6 +19,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     private var after: @Sendable (String, String) -> RemoteError? = { _, _ in nil }
     private var appendDelay: TimeInterval = 0
     private var bogusHash = false
+    private var replays = 0
     /// Kill-point simulation: after this many call boundaries (entering or leaving an upload-family
     /// call), every call blocks at that boundary until `thaw`.
     private var freezeAfter: Int?
@@ -126,9 +127,15 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
         try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
         try leave("appendSession", "\(id)@\(offset)")
     }
+    /// The next `count` finishBatch calls behave like a client that lost the first reply and
+    /// retried: the inner remote commits, and the caller gets the retry's answers (session gone).
+    func replayFinishBatch(times count: Int) { lock.lock(); replays = count; lock.unlock() }
+
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
         try enter("finishBatch", entries.first?.commit.path ?? "")
-        let results = try inner.finishBatch(entries).map { result in result.map { record($0) } }
+        var results = try inner.finishBatch(entries).map { result in result.map { record($0) } }
+        lock.lock(); let replay = replays > 0; if replay { replays -= 1 }; lock.unlock()
+        if replay { results = try inner.finishBatch(entries) }
         try leave("finishBatch", entries.first?.commit.path ?? "")
         return results
     }

@@ -26,6 +26,22 @@ import Testing
         #expect(engine.status().pendingFiles == 0)
     }
 
+    @Test func clientRetryOfALandedCommitSeesTheSessionGoneAndItIsOurs() throws {
+        // The client's own retry of a finish_batch that landed unheard answers "session gone"
+        // (lookup_failed/closed): without the content-hash check the whole file is sent again.
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.replayFinishBatch(times: 1)
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(10 << 20, seed: 42)
+        let generation = try fixture.put(engine, "/replayed.bin", data)
+        try engine.waitUntilCommitted(path: "/replayed.bin", generation: generation, timeout: 20)
+        #expect(fixture.memory.content("/replayed.bin") == data ? true : false)
+        #expect(fixture.memory.allPaths() == ["/replayed.bin"])
+        #expect(fixture.memory.calls("startSession") == 1)
+        #expect(fixture.memory.calls("appendSession") == 3)
+        #expect(engine.status().conflicts.isEmpty)
+    }
+
     @Test func timedOutBatchCommitThatLandedIsRecognisedAsOurs() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let lost = LostReplies(times: 1, error: .unavailable("test: operation timed out"))
