@@ -192,19 +192,9 @@ struct MountBackend: CustomStringConvertible {
     }
 
     private static func startupMessage(_ error: DropboxError, server: String, fix: String) -> String {
-        switch error {
-        case .auth(let reason, _):
-            return "the access token was rejected by \(server) (\(reason)); \(fix)"
-        case .accessDenied(let tag, _):
-            return "access denied by \(server) (\(tag))"
-        case .transport(_, let message):
-            return "cannot reach \(server): \(message)"
-        case .server(let status, _):
-            return "\(server) is failing (HTTP \(status)); try again later"
-        case .rateLimited(_, let retryAfter):
-            return "\(server) is rate limiting this app; retry in \(Int(retryAfter.rounded(.up))) s"
-        default:
-            return "\(server) answered unexpectedly: \(error)"
-        }
+        // At mount time a refused token is the likely cause, and the fix depends on where the
+        // token came from; everything else reads as it does for `auth` and `unlink`.
+        if case .auth(let reason, _) = error { return "the access token was rejected by \(server) (\(reason)); \(fix)" }
+        return ServerMessages.describe(error, server: server)
     }
 }
