@@ -521,9 +521,13 @@ public final class WriteBackEngine: @unchecked Sendable {
                     dirty.record != nil && !dirty.writing && dirty.active == nil && !isHeld(key)
                 }.sorted { $0.value.record!.generation < $1.value.record!.generation }
                 for (key, dirty) in ready {
+                    // A session streamed while the file was written counts from its start, so the
+                    // rate status shows is not inflated by the chunks sent before close.
+                    var streamedSince: Date?
                     if let stream = dirty.streaming {
                         // Appends still in flight from the writing phase: wait for them.
                         if stream.busy { continue }
+                        if stream.handedOver && dirty.record?.sessionID != nil { streamedSince = stream.startedAt }
                         dirty.streaming = nil
                     }
                     if dirty.notBefore > now { wake = min(wake, dirty.notBefore); continue }
@@ -533,7 +537,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                     if UploadPlanner.isLarge(record, configuration: configuration) {
                         guard activeLargeUploads < configuration.maxConcurrentLargeUploads else { continue }
                         activeLargeUploads += 1
-                        let job = start(key, dirty, large: true)
+                        let job = start(key, dirty, large: true, since: streamedSince)
                         jobPool.submit { self.runLargeUpload(job) }
                     } else {
                         addToWindow(start(key, dirty, large: false), now: now)
@@ -550,9 +554,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Marks `dirty` as having a job in flight and returns that job.
-    private func start(_ key: String, _ dirty: DirtyFile, large: Bool) -> UploadJob {
+    private func start(_ key: String, _ dirty: DirtyFile, large: Bool, since: Date? = nil) -> UploadJob {
         let record = dirty.record!
-        let active = ActiveUpload(generation: record.generation, total: record.size, large: large)
+        let active = ActiveUpload(generation: record.generation, total: record.size, large: large, startedAt: since ?? Date())
         dirty.active = active
         return UploadJob(key: key, record: record, file: dirty.file, active: active, verifyContent: dirty.verifyContent)
     }
@@ -593,12 +597,14 @@ final class ActiveUpload: Sendable {
     let generation: UInt64
     let total: UInt64
     let large: Bool
-    let startedAt = Date()
+    let startedAt: Date
     let cancelled = Atomic<Bool>(false)
     let done = Atomic<UInt64>(0)
     /// Set by the one `finishLocked` call that ends the job.
     let finished = Atomic<Bool>(false)
-    init(generation: UInt64, total: UInt64, large: Bool) { self.generation = generation; self.total = total; self.large = large }
+    init(generation: UInt64, total: UInt64, large: Bool, startedAt: Date = Date()) {
+        self.generation = generation; self.total = total; self.large = large; self.startedAt = startedAt
+    }
 }
 
 /// What a worker gets: a copy of the row, which it updates and persists through the engine.

@@ -34,7 +34,17 @@ import Testing
         #expect(status.transfers.first?.bytesTotal == 13 << 20)
         #expect(status.transfers.first?.path == "/Big.bin")
 
+        // After close the same session goes on as an ordinary transfer, timed from the start of
+        // the streaming (not from close, which would inflate its rate).
+        fixture.probe.closeGate("finishBatch")
+        let closedAt = Date()
         let generation = try engine.close(path: "/Big.bin")
+        #expect(fixture.probe.waitUntilBlocked("finishBatch"))
+        let afterClose = engine.status().transfers
+        #expect(afterClose.first?.writing == false)
+        #expect(afterClose.first?.bytesTotal == 13 << 20)
+        #expect((afterClose.first?.startedAt ?? .distantFuture) < closedAt)
+        fixture.probe.openGate("finishBatch")
         try engine.waitUntilCommitted(path: "/Big.bin", generation: generation, timeout: 30)
         #expect(eventually { engine.status().pendingFiles == 0 })
         #expect(engine.status().transfers.isEmpty)
