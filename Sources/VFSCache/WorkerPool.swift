@@ -37,10 +37,16 @@ final class WorkerPool: @unchecked Sendable {
         while head < queue.count || busy > 0 { condition.wait() }
     }
 
-    /// Lets the threads finish the queued jobs, then exit.
-    func stop() {
+    /// Lets the threads finish the queued jobs, then exit. With `dropQueued`, jobs not yet started
+    /// are discarded instead (the write-back engine at shutdown: what is left stays journaled and
+    /// must not reach the network after the drain's deadline). Does not wait for running jobs.
+    func stop(dropQueued: Bool = false) {
         condition.lock()
         stopped = true
+        if dropQueued {
+            queue = []
+            head = 0
+        }
         condition.broadcast()
         condition.unlock()
     }

@@ -151,23 +151,6 @@ public final class StagingFile: Sendable {
         if fdatasync(fd) != 0 { throw Self.classify(errno) }
     }
 
-    /// Dropbox content hash of bytes [0, length).
-    public func contentHash(length: UInt64) throws(Errno) -> String {
-        var hasher = DropboxContentHasher()
-        var offset: UInt64 = 0
-        let piece = 1 << 20
-        var buffer = [UInt8](repeating: 0, count: piece)
-        while offset < length {
-            let want = Int(min(UInt64(piece), length - offset))
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(offset)) }
-            if n < 0 { if errno == EINTR { continue }; throw Errno(errno) }
-            if n == 0 { throw Errno.io }  // shorter than the journal says: never upload a guess
-            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            offset += UInt64(n)
-        }
-        return hasher.finalize()
-    }
-
     private static func classify(_ code: Int32) -> Errno {
         code == ENOSPC || code == EDQUOT ? .noSpace : Errno(code)
     }

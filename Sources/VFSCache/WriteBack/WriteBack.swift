@@ -25,8 +25,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     let journal: UploadJournal
     let onEvent: @Sendable (WriteBackEvent) -> Void
     let eventQueue = DispatchQueue(label: "dbxfs.writeback.events")
-    let jobPool: UploadWorkerPool
-    let chunkPool: UploadWorkerPool
+    let jobPool: WorkerPool
+    let chunkPool: WorkerPool
     /// Mirrors `stopped` for progress callbacks, which run without the lock.
     let stopFlag = Atomic<Bool>(false)
     /// Hashes the final blocks of files being written (PrefixHash.swift), one block at a time.
@@ -81,9 +81,9 @@ public final class WriteBackEngine: @unchecked Sendable {
             WriteBackLog.error("cannot open the upload journal in \(cacheDirectory.path): \(error)")
             throw Errno(error)
         }
-        jobPool = UploadWorkerPool(name: "dbxfs-upload", threads: configuration.uploadThreads)
-        chunkPool = UploadWorkerPool(name: "dbxfs-chunk",
-                                     threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
+        jobPool = WorkerPool(name: "dbxfs-upload", threads: configuration.uploadThreads)
+        chunkPool = WorkerPool(name: "dbxfs-chunk",
+                               threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
         recover(records)
         let dispatcher = Thread { [self] in self.dispatchLoop() }
         dispatcher.name = "dbxfs-writeback"
@@ -339,8 +339,8 @@ public final class WriteBackEngine: @unchecked Sendable {
         for dirty in files.values { dirty.active?.cancelled.store(true, ordering: .relaxed) }
         condition.broadcast()
         condition.unlock()
-        jobPool.stop()
-        chunkPool.stop()
+        jobPool.stop(dropQueued: true)
+        chunkPool.stop(dropQueued: true)
         for item in left {
             WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.path) (\(item.lastError ?? "pending"))")
         }
