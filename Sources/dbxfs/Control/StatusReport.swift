@@ -73,6 +73,21 @@ struct TransferReport: Codable, Sendable {
     var writing: Bool
 }
 
+extension TransferReport {
+    /// The format only grows (docs/STATUS.md): `writing` came later, so a report from a mount
+    /// started by an older dbxfs has none, and that means false.
+    init(from decoder: any Decoder) throws {
+        let fields = try decoder.container(keyedBy: CodingKeys.self)
+        path = try fields.decode(String.self, forKey: .path)
+        bytesDone = try fields.decode(UInt64.self, forKey: .bytesDone)
+        bytesTotal = try fields.decode(UInt64.self, forKey: .bytesTotal)
+        bytesPerSecond = try fields.decode(Double.self, forKey: .bytesPerSecond)
+        etaSeconds = try fields.decodeIfPresent(Double.self, forKey: .etaSeconds)
+        startedAt = try fields.decode(Date.self, forKey: .startedAt)
+        writing = try fields.decodeIfPresent(Bool.self, forKey: .writing) ?? false
+    }
+}
+
 struct PendingReport: Codable, Sendable {
     var path: String
     var size: UInt64
