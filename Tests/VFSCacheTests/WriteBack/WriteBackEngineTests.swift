@@ -322,15 +322,4 @@ import Testing
         #expect(fixture.memory.allPaths() == ["/report.txt"])
     }
 
-    /// Writes `data` in 1 MiB pieces, reporting the sequential prefix after each, as the facade does.
-    private func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
-        let file = try engine.beginWrite(path: path, base: .newFile)
-        var offset = 0
-        while offset < data.count {
-            let end = min(data.count, offset + (1 << 20))
-            try file.write(at: UInt64(offset), Array(data[offset..<end]))
-            offset = end
-            engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
-        }
-    }
 }

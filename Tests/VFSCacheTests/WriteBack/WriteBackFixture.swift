@@ -104,3 +104,16 @@ func eventually(timeout: TimeInterval = 10, _ condition: () throws -> Bool) reth
     }
     return try condition()
 }
+
+/// Writes `data` in 1 MiB pieces, reporting the sequential prefix after each, as the facade does
+/// (so large files stream and their blocks are hashed while being written).
+func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
+    let file = try engine.beginWrite(path: path, base: .newFile)
+    var offset = 0
+    while offset < data.count {
+        let end = min(data.count, offset + (1 << 20))
+        try file.write(at: UInt64(offset), Array(data[offset..<end]))
+        offset = end
+        engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
+    }
+}

@@ -75,14 +75,4 @@ import Testing
         return prefix.digests.count
     }
 
-    private func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
-        let file = try engine.beginWrite(path: path, base: .newFile)
-        var offset = 0
-        while offset < data.count {
-            let end = min(data.count, offset + (1 << 20))
-            try file.write(at: UInt64(offset), Array(data[offset..<end]))
-            offset = end
-            engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
-        }
-    }
 }
