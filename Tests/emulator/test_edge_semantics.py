@@ -433,3 +433,36 @@ def test_upload_session_survives_restart(plain):
     status, _, body = raw(plain, "files/upload_session/finish", second, auth({**octet, "Dropbox-API-Arg": json.dumps(arg)}))
     assert status == 200 and json.loads(body)["content_hash"] == dropbox_hash(first + second)
     assert plain.download("/restarted.bin") == first + second
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_concurrent_session_hash_covers_resent_pieces_and_restart(plain, restart):
+    """Pieces are hashed as they arrive; a re-sent piece replaces its digests, and blocks whose
+    digests were lost in a restart are hashed from the file at finish."""
+    block = 4 * 1024 * 1024
+    octet = {"Content-Type": "application/octet-stream"}
+
+    def append(sid, offset, data, close=False):
+        arg = {"cursor": {"session_id": sid, "offset": offset}, "close": close}
+        status, _, body = raw(plain, "files/upload_session/append_v2", data,
+                              auth({**octet, "Dropbox-API-Arg": json.dumps(arg)}))
+        assert status == 200, body
+
+    sid = json.loads(raw(plain, "files/upload_session/start", b"", auth({
+        **octet, "Dropbox-API-Arg": json.dumps({"session_type": "concurrent"})}))[2])["session_id"]
+    first, stale, second, last = (os.urandom(block), os.urandom(2 * block), os.urandom(2 * block),
+                                  os.urandom(999))
+    append(sid, block, stale)
+    append(sid, block, second)  # the same range again, new bytes
+    if restart:
+        port = plain.port
+        plain.stop()
+        plain.port = port
+        plain.start()
+    append(sid, 0, first)
+    append(sid, 3 * block, last, close=True)
+    arg = {"cursor": {"session_id": sid, "offset": 3 * block + len(last)}, "commit": {"path": f"/conc-{restart}.bin"}}
+    status, _, body = raw(plain, "files/upload_session/finish", b"", auth({**octet, "Dropbox-API-Arg": json.dumps(arg)}))
+    expected = first + second + last
+    assert status == 200 and json.loads(body)["content_hash"] == dropbox_hash(expected)
+    assert plain.download(f"/conc-{restart}.bin") == expected

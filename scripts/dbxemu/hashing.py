@@ -56,6 +56,10 @@ class ContentHasher:
         self._block_len = other._block_len
         self.length += other.length
 
+    def all_block_digests(self):
+        """The digest of every block so far, the final partial one included."""
+        return self.block_digests + ([self._block.digest()] if self._block_len else [])
+
     def hexdigest(self):
         digests = list(self.block_digests)
         if self._block_len:
