@@ -6,37 +6,24 @@ import CCrypto
 import Foundation
 
 public struct DropboxContentHasher: ~Copyable {
-    public static let blockSize = 4 * 1024 * 1024
+    public static let blockSize = BlockDigester.blockSize
 
-    private let blockContext: OpaquePointer
+    private let blocks = BlockDigester()
     private let overallContext: OpaquePointer
-    private var bytesInBlock = 0
     private var finished = false
 
     public init() {
-        blockContext = EVP_MD_CTX_new()!
         overallContext = EVP_MD_CTX_new()!
-        EVP_DigestInit_ex(blockContext, EVP_sha256(), nil)
         EVP_DigestInit_ex(overallContext, EVP_sha256(), nil)
     }
 
     deinit {
-        EVP_MD_CTX_free(blockContext)
         EVP_MD_CTX_free(overallContext)
     }
 
     public mutating func update(_ buffer: UnsafeRawBufferPointer) {
         precondition(!finished, "DropboxContentHasher used after finalize()")
-        guard var base = buffer.baseAddress else { return }
-        var remaining = buffer.count
-        while remaining > 0 {
-            let take = min(remaining, Self.blockSize - bytesInBlock)
-            EVP_DigestUpdate(blockContext, base, take)
-            bytesInBlock += take
-            remaining -= take
-            base += take
-            if bytesInBlock == Self.blockSize { closeBlock() }
-        }
+        for digest in blocks.update(buffer) { EVP_DigestUpdate(overallContext, digest, digest.count) }
     }
 
     public mutating func update(_ bytes: some Sequence<UInt8>) {
@@ -47,21 +34,12 @@ public struct DropboxContentHasher: ~Copyable {
     /// The hash as lowercase hex. The hasher cannot be fed afterwards.
     public mutating func finalize() -> String {
         precondition(!finished, "DropboxContentHasher finalized twice")
-        if bytesInBlock > 0 { closeBlock() }
+        if let last = blocks.finishPartialBlock() { EVP_DigestUpdate(overallContext, last, last.count) }
         finished = true
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         EVP_DigestFinal_ex(overallContext, &digest, &length)
         return hex(digest.prefix(Int(length)))
-    }
-
-    private mutating func closeBlock() {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        EVP_DigestFinal_ex(blockContext, &digest, &length)
-        EVP_DigestUpdate(overallContext, digest, Int(length))
-        EVP_DigestInit_ex(blockContext, EVP_sha256(), nil)
-        bytesInBlock = 0
     }
 
     /// Hash of an in-memory buffer.

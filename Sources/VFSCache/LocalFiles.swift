@@ -4,6 +4,7 @@
 ///
 /// The write-back engine owns the journal and the uploads; this registry only remembers what the
 /// facade needs between FUSE calls (the engine works by path, FUSE by inode and handle).
+import ContentHash
 import Foundation
 import Synchronization
 
@@ -26,12 +27,38 @@ final class LocalFile: @unchecked Sendable {
     var writers = 0
     /// How far the file has been written contiguously from byte 0 (for streaming uploads);
     /// nil once a write broke the sequence.
-    var sequentialPrefix: UInt64? = 0
+    private(set) var sequentialPrefix: UInt64? = 0
+    /// SHA-256 of the 4 MiB blocks of that prefix, fed with each write's bytes while they are in
+    /// memory (PrefixHash.swift), so a large file's commit does not read them back.
+    private var prefixDigester: BlockDigester?
     /// Unlinked while open: writes still land in the (now anonymous) staging file, but nothing
     /// is journaled any more.
     var unlinked = false
 
     init(ino: InodeNumber) { self.ino = ino }
+
+    /// The file's bytes start over from byte 0 (created, or truncated to 0).
+    func restartSequence() {
+        sequentialPrefix = 0
+        prefixDigester = nil
+    }
+
+    /// A write or truncate changed bytes out of order: no more streaming or prefix hashing.
+    func breakSequence() {
+        sequentialPrefix = nil
+        prefixDigester = nil
+    }
+
+    /// `data` was written at `sequentialPrefix`: advances it and hashes the bytes on this thread
+    /// (they are in the cache now). Returns the blocks this write completed.
+    func extendSequence(_ data: UnsafeRawBufferPointer) -> CompletedBlocks {
+        guard let prefix = sequentialPrefix else { return CompletedBlocks(firstIndex: 0, digests: []) }
+        if prefixDigester == nil, prefix == 0 { prefixDigester = BlockDigester() }
+        sequentialPrefix = prefix + UInt64(data.count)
+        guard let digester = prefixDigester else { return CompletedBlocks(firstIndex: 0, digests: []) }
+        let first = digester.completedBlocks
+        return CompletedBlocks(firstIndex: first, digests: digester.update(data))
+    }
 
     func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         lock.lock(); defer { lock.unlock() }

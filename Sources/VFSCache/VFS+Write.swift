@@ -68,7 +68,7 @@ extension VFS {
                 try file.withLock { () throws(Errno) in
                     let staging = try prepareWrite(file, path: path, keepBytes: 0)
                     try staging.truncate(to: 0)
-                    file.sequentialPrefix = 0
+                    file.restartSequence()
                     writeBack.noteRewrite(path: path)
                 }
                 handle.wrote.store(true, ordering: .relaxed)
@@ -136,10 +136,11 @@ extension VFS {
             file.mtime = nil
             if let path, let prefix = file.sequentialPrefix {
                 if at == prefix {
-                    file.sequentialPrefix = prefix + UInt64(data.count)
-                    writeBack.noteSequentialProgress(path: path, contiguousBytes: prefix + UInt64(data.count))
+                    let completed = file.extendSequence(data)
+                    writeBack.noteSequentialProgress(path: path, contiguousBytes: prefix + UInt64(data.count),
+                                                     completedBlocks: completed)
                 } else {
-                    file.sequentialPrefix = nil
+                    file.breakSequence()
                     if at < prefix { writeBack.noteRewrite(path: path) }
                 }
             }
@@ -180,7 +181,7 @@ extension VFS {
             file.staging = staging
         }
         file.writing = true
-        file.sequentialPrefix = 0
+        file.restartSequence()
         return staging
     }
 
@@ -300,7 +301,7 @@ extension VFS {
                 let staging = try prepareWrite(file, path: path, keepBytes: size)
                 try staging.truncate(to: size)
                 if let prefix = file.sequentialPrefix, size < prefix {
-                    file.sequentialPrefix = nil
+                    file.breakSequence()
                     writeBack.noteRewrite(path: path)
                 }
                 if let mtime = changes.mtime { file.mtime = mtime } else { file.mtime = nil }
@@ -356,7 +357,7 @@ extension VFS {
                 if size > 0 { metadata.setLocal(node.ino, size: size) }
                 file.staging = staging
                 file.writing = true
-                file.sequentialPrefix = 0
+                file.restartSequence()
                 file.writers += 1
             }
         } catch {

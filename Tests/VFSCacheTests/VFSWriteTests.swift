@@ -4,6 +4,7 @@
 /// ENOTEMPTY (local and remote children), rename (onto a file, NOREPLACE, EXCHANGE, folders),
 /// refused and over-long names, conflicts shown as a copy, and EROFS without an engine.
 import Foundation
+import Synchronization
 import Testing
 @testable import VFSCache
 
@@ -61,6 +62,34 @@ import Testing
         try close(w.vfs, empty.attributes.ino, emptyOpen.handle)
         w.sync()
         #expect(remote.content("/empty") == [])
+    }
+
+    @Test func aSequentialLargeWriteIsHashedAsWrittenSoTheCommitReadsOnlyTheTail() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        let data = testBytes((9 << 20) + 12_345)   // two whole blocks, then a partial one
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "large.bin", flags: [.write])
+        var offset = 0
+        while offset < data.count {   // 128 KiB writes, as cp makes them
+            let end = min(data.count, offset + (128 << 10))
+            try write(w.vfs, entry.attributes.ino, opened.handle, at: UInt64(offset), Array(data[offset..<end]))
+            offset = end
+        }
+        try close(w.vfs, entry.attributes.ino, opened.handle)
+        w.sync()
+        #expect(remote.content("/large.bin") == data)
+        #expect(w.vfs.writeBack!.bytesHashedAtCommit.load(ordering: .relaxed) == UInt64(data.count - (8 << 20)))
+        // A write out of order (here: back to byte 0) makes the commit hash the whole file.
+        let (again, reopened) = try w.vfs.create(parent: rootInode, name: "patched.bin", flags: [.write])
+        try write(w.vfs, again.attributes.ino, reopened.handle, at: 0, data)
+        try write(w.vfs, again.attributes.ino, reopened.handle, at: 3, Array("xyz".utf8))
+        try close(w.vfs, again.attributes.ino, reopened.handle)
+        w.sync()
+        var patched = data
+        patched.replaceSubrange(3..<6, with: Array("xyz".utf8))
+        #expect(remote.content("/patched.bin") == patched)
+        #expect(w.vfs.writeBack!.bytesHashedAtCommit.load(ordering: .relaxed)
+                == UInt64(data.count - (8 << 20)) + UInt64(data.count))
     }
 
     @Test func readWriteWithoutTruncateKeepsTheOldBytesAndAppendGoesToTheEnd() throws {

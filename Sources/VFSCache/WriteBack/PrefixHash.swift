@@ -1,69 +1,71 @@
 /// The Dropbox content hash of a large file, computed while the file is still being written.
 ///
 /// The content hash is SHA-256 over the SHA-256 digests of each 4 MiB block, so a block's digest
-/// can be taken once the block is final. Alongside the streaming upload (StreamingUpload.swift),
-/// the engine hashes every whole block of the prefix the facade reports as final
-/// (`noteSequentialProgress`), on one background queue. At the commit, `prepare` hashes only the
-/// tail after the last digested block, instead of re-reading the whole file: for 1 GiB that is
-/// most of the time between close and commit.
+/// can be taken once the block is final. The facade hashes each sequential write's bytes on the
+/// FUSE thread while they are still in memory (`LocalFile.extendSequence`, a `BlockDigester`) and
+/// hands the digests of completed blocks to `noteSequentialProgress`. At the commit, `prepare`
+/// hashes only the tail after the last digested block, instead of re-reading the whole file: for
+/// 1 GiB that is most of the time between close and commit. (An earlier version read the blocks
+/// back from the staging file on a background queue: one more pass over every byte.)
 ///
 /// Trust, but verify cheaply: every write and truncate of a staging file records the lowest offset
-/// it touched (`StagingFile.takeLowestChange`). Before each round of reading and at the commit,
-/// that offset is compared with the end of the digested blocks; anything below it (a rewrite the
-/// facade did or did not report) throws the digests away and the whole file is hashed at commit.
-/// So the commit always carries the hash of the bytes on disk at close, as before.
+/// it touched (`StagingFile.takeLowestChange`). At each report the only change since the previous
+/// one must be the reported write at the old end, and at the commit nothing may have changed below
+/// the digested blocks; anything else (a rewrite the facade did or did not report, digests out of
+/// sequence) throws the digests away and the whole file is hashed at commit. So the commit always
+/// carries the hash of the bytes on disk at close.
 import ContentHash
 import Foundation
+
+/// Digests of block `firstIndex` onwards, completed by one write.
+public struct CompletedBlocks: Sendable {
+    public var firstIndex: Int
+    public var digests: [[UInt8]]
+
+    public init(firstIndex: Int, digests: [[UInt8]]) {
+        self.firstIndex = firstIndex
+        self.digests = digests
+    }
+}
 
 /// Digests of the final blocks of one file. Only touched with the engine's lock held.
 final class PrefixHash: @unchecked Sendable {
     // @unchecked: the vars are guarded by the owning engine's `condition`.
     /// SHA-256 of blocks 0..<digests.count.
     var digests: [[UInt8]] = []
-    /// How far the writer has written contiguously (only whole blocks below it are hashed).
+    /// How far the writer has written contiguously (what the last report covered).
     var writtenPrefix: UInt64 = 0
-    /// A hashing round is running on the hash queue.
-    var hashing = false
-    /// The bytes changed below the digests: never use them.
+    /// The bytes changed below the digests, or a report was out of sequence: never use them.
     var invalid = false
 
     var hashedBytes: UInt64 { UInt64(digests.count) * UInt64(DropboxChunkRules.blockSize) }
 }
 
 extension WriteBackEngine {
-    /// Starts a hashing round if whole blocks are final and not yet hashed (lock held).
-    func pumpHash(_ prefix: PrefixHash, file: StagingFile) {
-        guard !prefix.hashing, !prefix.invalid, !stopped,
-              prefix.writtenPrefix / UInt64(DropboxChunkRules.blockSize) > UInt64(prefix.digests.count) else { return }
-        prefix.hashing = true
-        hashQueue.async { self.hashRound(prefix, file: file) }
-    }
-
-    /// Hashes blocks until none is left to hash, checking before each block that nothing was
-    /// written below the digests taken so far.
-    private func hashRound(_ prefix: PrefixHash, file: StagingFile) {
-        let block = UInt64(DropboxChunkRules.blockSize)
-        condition.lock()
-        defer { prefix.hashing = false; condition.broadcast(); condition.unlock() }
-        while !prefix.invalid, !stopped, prefix.writtenPrefix / block > UInt64(prefix.digests.count) {
-            if file.takeLowestChange() < prefix.hashedBytes { prefix.invalid = true; break }
-            let offset = prefix.hashedBytes
-            condition.unlock()
-            let bytes = try? file.read(at: offset, count: Int(block))
-            let digest = bytes.flatMap { $0.count == Int(block) ? sha256($0) : nil }
-            condition.lock()
-            guard let digest else { prefix.invalid = true; break }
-            prefix.digests.append(digest)
+    /// Takes the digests of one sequential write that ended at `contiguousBytes` (lock held).
+    func recordDigests(_ dirty: DirtyFile, contiguousBytes: UInt64, completed: CompletedBlocks) {
+        // Every change since the last report must be this write, at the old end or beyond.
+        let lowest = dirty.file.takeLowestChange()
+        if dirty.prefixHash == nil {
+            // A new sequence starts with a write at byte 0 and the facade's digests at block 0.
+            guard completed.firstIndex == 0, lowest == 0 else { return }
+            dirty.prefixHash = PrefixHash()
         }
+        guard let prefix = dirty.prefixHash, !prefix.invalid else { return }
+        guard lowest >= prefix.writtenPrefix, completed.firstIndex == prefix.digests.count else {
+            prefix.invalid = true
+            return
+        }
+        prefix.digests += completed.digests
+        prefix.writtenPrefix = max(prefix.writtenPrefix, contiguousBytes)
     }
 
     /// For `prepare`: the digests of `job`'s file taken while it was written, still valid for the
-    /// bytes on disk, after waiting for a running round. Nil if there are none or they are stale.
+    /// bytes on disk. Nil if there are none or they are stale.
     /// Used once: the digests belong to this close.
     func takePrefixDigests(_ job: UploadJob) -> [[UInt8]]? {
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[job.key], dirty.file === job.file, let prefix = dirty.prefixHash else { return nil }
-        while prefix.hashing { condition.wait() }
         dirty.prefixHash = nil
         let usable = Int(min(UInt64(prefix.digests.count), job.record.size / UInt64(DropboxChunkRules.blockSize)))
         guard !prefix.invalid, usable > 0, job.file.takeLowestChange() >= prefix.hashedBytes else { return nil }

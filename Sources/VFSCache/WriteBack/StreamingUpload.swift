@@ -38,15 +38,12 @@ final class StreamingUpload: @unchecked Sendable {
 
 extension WriteBackEngine {
     /// The file at `path`, open for writing, now holds its final bytes [0, `contiguousBytes`):
-    /// written in order and not to be changed before close. Cheap; call it after each write.
-    public func noteSequentialProgress(path: String, contiguousBytes: UInt64) {
+    /// written in order and not to be changed before close, and `completedBlocks` are the digests
+    /// of the 4 MiB blocks this write completed (PrefixHash.swift). Cheap; call it after each write.
+    public func noteSequentialProgress(path: String, contiguousBytes: UInt64, completedBlocks: CompletedBlocks) {
         condition.lock(); defer { condition.unlock() }
         guard !stopped, let dirty = files[Self.key(path)], dirty.writing else { return }
-        if dirty.prefixHash == nil, contiguousBytes >= configuration.largeFileThreshold { dirty.prefixHash = PrefixHash() }
-        if let prefix = dirty.prefixHash {
-            prefix.writtenPrefix = max(prefix.writtenPrefix, contiguousBytes)
-            pumpHash(prefix, file: dirty.file)
-        }
+        recordDigests(dirty, contiguousBytes: contiguousBytes, completed: completedBlocks)
         if dirty.streaming == nil {
             guard contiguousBytes >= configuration.largeFileThreshold else { return }
             dirty.streaming = StreamingUpload(staging: dirty.file.name)

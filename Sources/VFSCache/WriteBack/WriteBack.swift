@@ -30,7 +30,6 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Mirrors `stopped` for progress callbacks, which run without the lock.
     let stopFlag = Atomic<Bool>(false)
     /// Hashes the final blocks of files being written (PrefixHash.swift), one block at a time.
-    let hashQueue = DispatchQueue(label: "dbxfs.writeback.hash", qos: .utility)
     /// Bytes read to hash at commit time (for tests and benchmarks: with the prefix hashed while
     /// the file was written, only the tail should be).
     let bytesHashedAtCommit = Atomic<UInt64>(0)

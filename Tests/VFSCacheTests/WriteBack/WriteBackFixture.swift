@@ -1,6 +1,7 @@
 /// Shared set-up for the write-back tests: a temporary cache directory, an in-memory Dropbox behind
 /// a `ProbeRemote`, engines with short delays, and helpers to write a file the way the facade will
 /// (beginWrite, write, close).
+import ContentHash
 import Foundation
 import Synchronization
 @testable import VFSCache
@@ -105,15 +106,19 @@ func eventually(timeout: TimeInterval = 10, _ condition: () throws -> Bool) reth
     return try condition()
 }
 
-/// Writes `data` in 1 MiB pieces, reporting the sequential prefix after each, as the facade does
-/// (so large files stream and their blocks are hashed while being written).
+/// Writes `data` in 1 MiB pieces, reporting the sequential prefix and the digests of completed
+/// blocks after each, as the facade does (so large files stream and their blocks are hashed
+/// while being written).
 func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8]) throws {
     let file = try engine.beginWrite(path: path, base: .newFile)
+    let digester = BlockDigester()
     var offset = 0
     while offset < data.count {
         let end = min(data.count, offset + (1 << 20))
-        try file.write(at: UInt64(offset), Array(data[offset..<end]))
+        let piece = Array(data[offset..<end])
+        try file.write(at: UInt64(offset), piece)
+        let completed = CompletedBlocks(firstIndex: digester.completedBlocks, digests: piece.withUnsafeBytes { digester.update($0) })
         offset = end
-        engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset))
+        engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset), completedBlocks: completed)
     }
 }

@@ -1,6 +1,7 @@
 /// The content hash of a large file computed while it is written (PrefixHash.swift): only the tail
-/// is read at commit time, and any change below the hashed blocks, reported or not, falls back to
-/// hashing the whole file, so the commit always carries the hash of the bytes on disk.
+/// is read at commit time, and any change below the hashed blocks, reported or not, or digests
+/// reported out of sequence, fall back to hashing the whole file, so the commit always carries
+/// the hash of the bytes on disk.
 import ContentHash
 import Foundation
 import Synchronization
@@ -66,12 +67,51 @@ import Testing
         #expect(sameBytes(fixture.memory.content("/cut.bin"), Array(data.prefix(9 << 20))))
     }
 
+    @Test func unreportedChangeBetweenTwoReportsIsCaughtAtTheNextReport() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(12 << 20, seed: 25)
+        try writeSequentially(engine, "/between.bin", Array(data.prefix(8 << 20)))
+        #expect(digestedBlocks(engine, "/between.bin") == 2)
+        // Changed behind the facade's back, then the writer goes on as if nothing happened: its
+        // digests of blocks 2... are right, but block 0 on disk no longer matches digest 0.
+        let file = try #require(engine.stagingFile(path: "/between.bin"))
+        try file.write(at: 7, bytes("Y"))
+        data[7] = UInt8(ascii: "Y")
+        let digester = BlockDigester()
+        _ = data.prefix(8 << 20).withUnsafeBytes { digester.update($0) }
+        let tail = Array(data[(8 << 20)...])
+        try file.write(at: 8 << 20, tail)
+        let completed = CompletedBlocks(firstIndex: 2, digests: tail.withUnsafeBytes { digester.update($0) })
+        engine.noteSequentialProgress(path: "/between.bin", contiguousBytes: 12 << 20, completedBlocks: completed)
+        #expect(digestedBlocks(engine, "/between.bin") == -1)
+        let generation = try engine.close(path: "/between.bin")
+        try engine.waitUntilCommitted(path: "/between.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/between.bin"), data))
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) == 12 << 20)
+    }
+
+    @Test func digestsReportedOutOfSequenceAreNotUsed() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(8 << 20, seed: 26)
+        let file = try engine.beginWrite(path: "/skipped.bin", base: .newFile)
+        try file.write(at: 0, data)
+        // Digests claiming to start at block 1: a facade bug must not produce a wrong hash.
+        let wrong = CompletedBlocks(firstIndex: 1, digests: [sha256(data.prefix(4 << 20))])
+        engine.noteSequentialProgress(path: "/skipped.bin", contiguousBytes: 8 << 20, completedBlocks: wrong)
+        let generation = try engine.close(path: "/skipped.bin")
+        try engine.waitUntilCommitted(path: "/skipped.bin", generation: generation, timeout: 30)
+        #expect(sameBytes(fixture.memory.content("/skipped.bin"), data))
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) == 8 << 20)
+    }
+
     /// Compares without printing megabytes of array on failure.
     private func sameBytes(_ stored: [UInt8]?, _ expected: [UInt8]) -> Bool { stored == expected }
 
     private func digestedBlocks(_ engine: WriteBackEngine, _ path: String) -> Int {
         engine.condition.lock(); defer { engine.condition.unlock() }
-        guard let prefix = engine.files[WriteBackEngine.key(path)]?.prefixHash, !prefix.hashing else { return -1 }
+        guard let prefix = engine.files[WriteBackEngine.key(path)]?.prefixHash, !prefix.invalid else { return -1 }
         return prefix.digests.count
     }
 

@@ -18,13 +18,7 @@ import Testing
         #expect(status.transfers.isEmpty)   // small so far: nothing streamed
 
         let data = pseudoRandomBytes(13 << 20, seed: 31)
-        var offset = 0
-        while offset < data.count {
-            let end = min(data.count, offset + (1 << 20))
-            try file.write(at: UInt64(offset), Array(data[offset..<end]))
-            offset = end
-            engine.noteSequentialProgress(path: "/Big.bin", contiguousBytes: UInt64(offset))
-        }
+        try writeSequentially(engine, "/Big.bin", data)   // the same staging file, from byte 0
         #expect(eventually { engine.status().transfers.first?.bytesDone == 12 << 20 })
         status = engine.status()
         #expect(status.pendingFiles == 1)
