@@ -145,9 +145,14 @@ public protocol FilesystemOperations: AnyObject, Sendable {
     func statfs() throws(Errno) -> FilesystemStats
     func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8]
     func listxattr(_ ino: InodeNumber) throws(Errno) -> [String]
+    /// The name `ino` is listed under, in the case Dropbox shows (nil: unknown, or the root).
+    /// Has a default implementation answering nil.
+    func displayName(of ino: InodeNumber) -> String?
 }
 
 extension FilesystemOperations {
+    public func displayName(of ino: InodeNumber) -> String? { nil }
+
     public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
                               _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
         let bytes = try read(ino, handle: handle, offset: offset, size: size)

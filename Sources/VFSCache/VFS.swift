@@ -137,6 +137,11 @@ public final class VFS: FilesystemOperations, Sendable {
         entryReply(try metadata.lookup(parent: parent, name: name))
     }
 
+    public func displayName(of ino: InodeNumber) -> String? {
+        guard ino != rootInode, let path = metadata.path(of: ino) else { return nil }
+        return path.split(separator: "/").last.map(String.init)
+    }
+
     public func forget(_ ino: InodeNumber, count: UInt64) {
         metadata.forget(ino, count: count)
     }

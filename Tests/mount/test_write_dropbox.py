@@ -273,20 +273,33 @@ def test_mv_across_folders_and_rm_r(writer, tmp_path):
 def test_rename_flags_and_case_only_rename(writer):
     (writer.path / "x.txt").write_text("x")
     (writer.path / "y.txt").write_text("y")
-    # A direct case-only rename never reaches the filesystem: lookups ignore case, so the kernel
-    # sees one file under both names and rename(2) succeeds without doing anything
-    # (docs/SEMANTICS.md). Through a temporary name it works.
+    (writer.path / "readme.md").write_text("read me")
+    writer.sync()
+    # A file named in another case is an alias with its own inode number (VFSCache/CaseAliases.swift),
+    # so the kernel passes a case-only rename on instead of treating it as a no-op.
+    assert (writer.path / "X.TXT").read_text() == "x"
+    assert os.stat(writer.path / "X.TXT").st_ino != os.stat(writer.path / "x.txt").st_ino
     os.rename(writer.path / "x.txt", writer.path / "X.txt")
-    os.rename(writer.path / "x.txt", writer.path / "x.tmp")
-    os.rename(writer.path / "x.tmp", writer.path / "X.txt")
-    assert "X.txt" in os.listdir(writer.path)
+    subprocess.run(["mv", str(writer.path / "readme.md"), str(writer.path / "README.md")], check=True)
+    names = os.listdir(writer.path)
+    assert "X.txt" in names and "x.txt" not in names
+    assert "README.md" in names and "readme.md" not in names
+    assert (writer.path / "README.md").read_text() == "read me"
     renameat2 = _renameat2()
     if renameat2:
         assert renameat2(str(writer.path / "X.txt"), str(writer.path / "y.txt"), 1) == -errno.EEXIST   # NOREPLACE
         assert renameat2(str(writer.path / "X.txt"), str(writer.path / "y.txt"), 2) == -errno.EINVAL   # EXCHANGE
     writer.sync()
     assert writer.emu.api("files/get_metadata", {"path": "/x.txt"})["name"] == "X.txt"
+    assert writer.emu.api("files/get_metadata", {"path": "/readme.md"})["name"] == "README.md"
+    assert writer.emu.download("/README.md") == b"read me"
     assert writer.emu.download("/y.txt") == b"y"
+    # Written through an alias: the same file, one upload.
+    with open(writer.path / "Y.TXT", "a") as f:
+        f.write("+")
+    writer.sync()
+    assert writer.emu.download("/y.txt") == b"y+"
+    assert sorted(n for n in os.listdir(writer.path) if n.lower() == "y.txt") == ["y.txt"]
 
 
 def _renameat2():

@@ -126,7 +126,9 @@ struct MountBackend: CustomStringConvertible {
             server: serverName, root: options.root, readOnly: options.readOnly,
             cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
             offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil })
-        var backend = MountBackend(operations: operations.filesystem, description: what, logFile: logFile,
+        // Case aliases: a file looked up in another case gets its own inode number, so the kernel
+        // passes case-only renames on (VFSCache/CaseAliases.swift).
+        var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status)
         backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
         return backend
