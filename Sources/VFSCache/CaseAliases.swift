@@ -1,4 +1,4 @@
-/// `CaseAliases`: what makes `mv readme.md README.md` reach Dropbox.
+/// `CaseAliases`: what makes `mv readme.md README.md` (and `mv -T docs Docs`) reach Dropbox.
 ///
 /// Dropbox names are case-insensitive, and so are the facade's lookups: `cat FILE.TXT` opens
 /// `file.txt`. But if `FILE.TXT` answered with the inode of `file.txt`, the kernel would see a
@@ -10,10 +10,12 @@
 /// file, so the bytes stay one; only the inode number in the answers is the alias's.
 ///
 /// This is a decorator over any `FilesystemOperations`, so the facade stays unaware of it.
-/// Folders get no alias: the kernel allows a directory only one name, and moves it between
-/// names instead, which is what it does today (a folder's case-only rename goes through a
-/// temporary name; docs/SEMANTICS.md). Opens through an alias never keep the page cache, since the
-/// kernel caches an alias's pages apart from the real file's.
+/// Folders get aliases too, so `mv -T docs Docs` works (a plain `mv docs Docs` sees a folder
+/// `Docs` and asks to move `docs` into it, which is refused as a move into itself). A subfolder
+/// reached through an aliased folder is the real subfolder, and the kernel moves its one dentry
+/// between the two parents as it is used, as it does for a folder renamed on a network
+/// filesystem. Opens through an alias never keep the page cache, since the kernel caches an
+/// alias's pages apart from the real file's.
 ///
 /// Alias numbers come from the top of the 64-bit range, far above anything the inode table hands
 /// out. An alias lives while the kernel holds a lookup on it; its lookups are passed on to the
@@ -55,10 +57,10 @@ public final class CaseAliases: FilesystemOperations, @unchecked Sendable {
         return aliases[ino] != nil
     }
 
-    /// The entry as the kernel should see it for `name`: an alias when `name` is a file's name in
-    /// another case. Counts the lookup the entry carries.
+    /// The entry as the kernel should see it for `name`: an alias when `name` is the entry's name
+    /// in another case. Counts the lookup the entry carries.
     private func aliased(_ entry: EntryReply, name: String) -> EntryReply {
-        guard entry.attributes.kind == .file, let shown = inner.displayName(of: entry.attributes.ino), shown != name else {
+        guard let shown = inner.displayName(of: entry.attributes.ino), shown != name else {
             return entry
         }
         let target = entry.attributes.ino

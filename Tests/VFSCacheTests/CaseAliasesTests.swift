@@ -1,6 +1,6 @@
-/// `CaseAliases` over the real facade: a file named in another case gets an alias inode (so the
-/// kernel sends case-only renames), display-case names and folders never do, everything done
-/// through an alias reaches the real file, and the alias's lookups are given back to the real
+/// `CaseAliases` over the real facade: a file or folder named in another case gets an alias inode
+/// (so the kernel sends case-only renames), display-case names never do, everything done through
+/// an alias reaches the real file or folder, and the alias's lookups are given back to the real
 /// inode when the kernel forgets it.
 import Foundation
 import Testing
@@ -12,12 +12,15 @@ import Testing
         remote.externalWrite("/Docs/Read Me.txt", "hello")
         let vfs = try makeVFS(remote)
         let fs = CaseAliases(vfs)
-        let docs = try fs.lookup(parent: rootInode, name: "DOCS")   // a folder: never an alias
-        #expect(docs.attributes.ino == (try vfs.lookup(parent: rootInode, name: "Docs")).attributes.ino)
+        let docs = try fs.lookup(parent: rootInode, name: "DOCS")   // a folder alias
+        let realDocs = try fs.lookup(parent: rootInode, name: "Docs")
+        #expect(docs.attributes.ino != realDocs.attributes.ino && docs.attributes.kind == .directory)
+        #expect(try fs.list(docs.attributes.ino) == (try fs.list(realDocs.attributes.ino)))
         let real = try fs.lookup(parent: docs.attributes.ino, name: "Read Me.txt")
+        #expect(real.attributes.ino == (try fs.lookup(parent: realDocs.attributes.ino, name: "Read Me.txt")).attributes.ino)
         let alias = try fs.lookup(parent: docs.attributes.ino, name: "READ ME.TXT")
         #expect(alias.attributes.ino != real.attributes.ino)
-        #expect(fs.aliasCount == 1)
+        #expect(fs.aliasCount == 2)
         // The same spelling keeps its alias number.
         #expect(try fs.lookup(parent: docs.attributes.ino, name: "READ ME.TXT").attributes.ino == alias.attributes.ino)
         #expect(try fs.getattr(alias.attributes.ino).0.ino == alias.attributes.ino)
@@ -65,5 +68,14 @@ import Testing
         try fs.rename(parent: rootInode, name: "readme.md", newParent: rootInode, newName: "README.md", flags: [.noReplace])
         #expect(remote.content("/README.md") == Array("text".utf8))
         #expect(try vfs.list(rootInode).map(\.name) == [".", "..", "README.md"])
+    }
+}
+
+extension CaseAliases {
+    /// The names of a folder through opendir/readdir.
+    func list(_ ino: InodeNumber) throws(Errno) -> [String] {
+        let handle = try openDirectory(ino)
+        defer { releaseDirectory(ino, handle: handle) }
+        return try readDirectory(ino, handle: handle, offset: 0, limit: 1000).map(\.name)
     }
 }

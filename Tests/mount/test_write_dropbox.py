@@ -300,6 +300,16 @@ def test_rename_flags_and_case_only_rename(writer):
     writer.sync()
     assert writer.emu.download("/y.txt") == b"y+"
     assert sorted(n for n in os.listdir(writer.path) if n.lower() == "y.txt") == ["y.txt"]
+    # A folder: `mv -T` renames it in place; its files follow and stay readable through any case.
+    (writer.path / "photos" / "2024").mkdir(parents=True)
+    (writer.path / "photos" / "2024" / "a.jpg").write_bytes(b"jpeg")
+    assert (writer.path / "PHOTOS" / "2024" / "A.JPG").read_bytes() == b"jpeg"
+    subprocess.run(["mv", "-T", str(writer.path / "photos"), str(writer.path / "Photos")], check=True)
+    assert "Photos" in os.listdir(writer.path) and "photos" not in os.listdir(writer.path)
+    assert (writer.path / "Photos" / "2024" / "a.jpg").read_bytes() == b"jpeg"
+    writer.sync()
+    assert writer.emu.api("files/get_metadata", {"path": "/photos"})["path_display"] == "/Photos"
+    assert writer.emu.download("/Photos/2024/a.jpg") == b"jpeg"
 
 
 def _renameat2():
