@@ -76,6 +76,7 @@ final class DiskBlockCache: @unchecked Sendable {
                 }
                 found.append((BlockKey(fileID: fileID, rev: rev, index: blockIndex), size, values.contentModificationDate ?? .distantPast))
             }
+            rmdir(folder.path)   // only succeeds if nothing was left in it
         }
         found.sort { $0.date < $1.date }
         lock.lock()
@@ -140,8 +141,15 @@ final class DiskBlockCache: @unchecked Sendable {
         let target = url(for: key)
         let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
         do {
-            try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-            guard Self.writeFile(temporary.path, bytes), rename(temporary.path, target.path) == 0 else {
+            // Eviction removes a file's folder with its last block (`remove`); a write landing
+            // between our mkdir and its open finds no folder, and makes it again once.
+            var written = false
+            for attempt in 0..<2 {
+                try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+                written = Self.writeFile(temporary.path, bytes)
+                if written || errno != ENOENT || attempt == 1 { break }
+            }
+            guard written, rename(temporary.path, target.path) == 0 else {
                 let reason = String(cString: strerror(errno))
                 try? FileManager.default.removeItem(at: temporary)
                 log.warning("disk cache: cannot write \(target.path): \(reason)")
@@ -222,7 +230,14 @@ final class DiskBlockCache: @unchecked Sendable {
         return victims
     }
 
+    /// Deletes the blocks' files, then each folder left empty (rmdir refuses a folder that still
+    /// holds blocks), so a cache that turned over many files does not keep a folder per file.
     private func remove(_ keys: [BlockKey]) {
-        for key in keys { unlink(url(for: key).path) }
+        var folders = Set<String>()
+        for key in keys {
+            unlink(url(for: key).path)
+            folders.insert(key.fileID)
+        }
+        for fileID in folders { rmdir(folder(forFileID: fileID).path) }
     }
 }

@@ -140,6 +140,19 @@ import Testing
         reopened.purge(fileID: "id:x/y", rev: "015abc")
         #expect(reopened.usage.blocks == 0)
         #expect(reopened.readArray(key(0), length: 100) == nil)
+        // The file's folder went with its last block, and a later write makes it again.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: reopened.root.path).isEmpty)
+        reopened.write(key(5), [UInt8](repeating: 5, count: 100))
+        #expect(reopened.readArray(key(5), length: 100) == [UInt8](repeating: 5, count: 100))
+    }
+
+    @Test func diskCacheRemovesFoldersOfEvictedFiles() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let cache = try DiskBlockCache(directory: directory, blockSize: 100, budget: 200, log: LogCapture().logger)
+        for file in 0..<10 { cache.write(BlockKey(fileID: "id:\(file)", rev: "01", index: 0), [UInt8](repeating: 1, count: 100)) }
+        // Two blocks fit: only the two newest files keep a folder.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cache.root.path).count == 2)
     }
 
     /// A disk writer stuck behind a slow disk must cost the cache entries, never the reader time:
