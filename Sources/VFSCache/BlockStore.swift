@@ -25,11 +25,15 @@ final class BlockStore: @unchecked Sendable {
     let usesPieceDigests: Bool
     private let readAheadPool: WorkerPool
     private let diskWriter: WorkerPool
+    /// Writes whole-file copies (`keepWholeFile`), one at a time, apart from the block writer.
+    private let wholeFileWriter: WorkerPool
     /// Bytes handed to `diskWriter` and not written yet (bounded by `diskWriteQueueBytes`),
     /// under `diskQueue`.
     private let diskQueue = NSCondition()
     private var pendingDiskBytes = 0
     private let droppedDiskWrites = Atomic<Int>(0)
+    /// Whole-file copies being written (`keepWholeFile`).
+    private let assembling = Mutex<Set<BlockKey>>([])
     private let remote: any RemoteStore
     private let config: VFSConfig
     private let log: Logger
@@ -43,6 +47,7 @@ final class BlockStore: @unchecked Sendable {
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 2)
+        wholeFileWriter = WorkerPool(name: "dbxfs-wholefile", threads: 1)
     }
 
     /// The block, waiting for a fetch already under way if there is one. Failures are EIO, with
@@ -75,6 +80,31 @@ final class BlockStore: @unchecked Sendable {
         }
     }
 
+    /// Keeps a verified revision whole in the disk cache (for FUSE passthrough), in the background,
+    /// from the blocks still cached; a block that is not (evicted) means no copy: nothing is
+    /// downloaded for this. One copy at a time per revision.
+    func keepWholeFile(fileID: String, rev: String, size: UInt64, path: String) {
+        guard let disk, disk.wholeFile(fileID: fileID, rev: rev) == nil else { return }
+        let whole = BlockKey(fileID: fileID, rev: rev, index: DiskBlockCache.wholeFileIndex)
+        guard assembling.withLock({ $0.insert(whole).inserted }) else { return }
+        let blockSize = UInt64(config.blockSize)
+        let count = Int((size + blockSize - 1) / blockSize)
+        let epoch = purgeEpoch.load(ordering: .acquiring)
+        let submitted = wholeFileWriter.submit { [self] in
+            defer { _ = assembling.withLock { $0.remove(whole) } }
+            diskWriter.waitUntilIdle()   // blocks still queued for the disk are part of the file
+            let kept = disk.storeWholeFile(fileID: fileID, rev: rev, size: size, blockCount: count) { number in
+                let key = BlockKey(fileID: fileID, rev: rev, index: UInt64(number))
+                let length = Int(min(blockSize, size - UInt64(number) * blockSize))
+                if let block = memory.get(key), block.count == length { return block }
+                return disk.read(key, length: length).map { CachedBlock(adopting: $0, computeDigests: false) }
+            }
+            if kept && purgeEpoch.load(ordering: .acquiring) != epoch { disk.purge(fileID: fileID, rev: rev) }
+            log.debug("disk cache: \(path) (rev \(rev)) \(kept ? "kept whole" : "not kept whole (blocks missing or over budget)")")
+        }
+        if !submitted { _ = assembling.withLock { $0.remove(whole) } }
+    }
+
     /// Drops every cached block of one revision of a file (memory and disk).
     func purge(fileID: String, rev: String) {
         purgeEpoch.add(1, ordering: .releasing)
@@ -87,10 +117,12 @@ final class BlockStore: @unchecked Sendable {
     func waitUntilIdle() {
         readAheadPool.waitUntilIdle()
         diskWriter.waitUntilIdle()
+        wholeFileWriter.waitUntilIdle()
     }
 
     func shutdown() {
         readAheadPool.stop()
+        wholeFileWriter.stop(dropQueued: true)
         diskWriter.stop()
     }
 

@@ -198,6 +198,66 @@ final class DiskBlockCache: @unchecked Sendable {
         return true
     }
 
+    // MARK: Whole files
+
+    /// A whole revision can be kept in one file too, `<hex rev>-<UInt64.max>`, in the same LRU
+    /// and budget as the blocks: the backing file FUSE passthrough hands the kernel (the glue's
+    /// PassthroughOpens.swift). An open passthrough file keeps reading it after an eviction
+    /// unlinks it, since the kernel holds the file itself.
+    static let wholeFileIndex = UInt64.max
+
+    /// The whole-file copy of this revision, if there is one (and counts as a use of it).
+    func wholeFile(fileID: String, rev: String) -> String? {
+        let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
+        lock.lock()
+        let known = index.touch(key)
+        lock.unlock()
+        guard known else { return nil }
+        let path = url(for: key).path
+        guard access(path, F_OK) == 0 else { forget(key); return nil }
+        return path
+    }
+
+    /// Writes the whole-file copy of a revision of `size` bytes from its blocks, in order
+    /// (`block(i)` nil: not at hand, then nothing is kept). Buffered writes, so the copy is
+    /// still in the page cache when the kernel first reads it. Files over half the budget are
+    /// not kept. Returns whether the copy is in place.
+    func storeWholeFile(fileID: String, rev: String, size: UInt64, blockCount: Int,
+                        block: (Int) -> CachedBlock?) -> Bool {
+        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
+        let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
+        let target = url(for: key)
+        let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let fd = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        var offset: UInt64 = 0
+        var complete = true
+        for number in 0..<blockCount {
+            guard let bytes = block(number) else { complete = false; break }
+            var done = 0
+            while done < bytes.count {
+                let wrote = pwrite(fd, bytes.buffer.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+                if wrote < 0 && errno == EINTR { continue }
+                guard wrote > 0 else { complete = false; break }
+                done += wrote
+            }
+            guard complete else { break }
+            offset += UInt64(bytes.count)
+        }
+        close(fd)
+        guard complete, offset == size, rename(temporary.path, target.path) == 0 else {
+            unlink(temporary.path)
+            return false
+        }
+        lock.lock()
+        index.insert(key, size: Int(size))
+        let victims = evictLocked()
+        lock.unlock()
+        remove(victims)
+        return !victims.contains(key)
+    }
+
     /// Drops every block of one revision of a file.
     func purge(fileID: String, rev: String) {
         let folder = folder(forFileID: fileID)

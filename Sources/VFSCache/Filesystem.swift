@@ -59,8 +59,11 @@ public struct OpenReply: Sendable, Equatable {
     public var keepCache: Bool
     /// Ask the kernel to bypass the page cache for this open (unused today).
     public var directIO: Bool
-    public init(handle: HandleID, keepCache: Bool, directIO: Bool = false) {
-        self.handle = handle; self.keepCache = keepCache; self.directIO = directIO
+    /// A local file holding exactly this open's bytes (a whole, verified copy of the revision), for
+    /// the glue to hand to the kernel with FUSE passthrough; nil: serve reads as usual.
+    public var backingFile: String?
+    public init(handle: HandleID, keepCache: Bool, directIO: Bool = false, backingFile: String? = nil) {
+        self.handle = handle; self.keepCache = keepCache; self.directIO = directIO; self.backingFile = backingFile
     }
 }
 

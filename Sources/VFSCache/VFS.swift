@@ -222,7 +222,8 @@ public final class VFS: FilesystemOperations, Sendable {
                                 usesPieceDigests: blocks.usesPieceDigests)
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.files[handle] = openFile }
-        return OpenReply(handle: handle, keepCache: keepCache)
+        let backing = config.keepWholeFiles ? blocks.disk?.wholeFile(fileID: fileID, rev: file.rev) : nil
+        return OpenReply(handle: handle, keepCache: keepCache, backingFile: backing)
     }
 
     public func read(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
@@ -295,6 +296,7 @@ public final class VFS: FilesystemOperations, Sendable {
         switch file.verify(offset: offset, pieces, pieceDigest: pieceDigest) {
         case .matched:
             logger.debug("read of \(file.path) (rev \(file.rev)): content hash verified")
+            if config.keepWholeFiles { blocks.keepWholeFile(fileID: file.fileID, rev: file.rev, size: file.size, path: file.path) }
         case .abandoned:
             logger.debug("read of \(file.path): not sequential, content hash not checked")
         case .mismatched(let actual):

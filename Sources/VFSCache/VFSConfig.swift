@@ -60,6 +60,10 @@ public struct VFSConfig: Sendable {
     /// Bytes of finished blocks allowed to wait for the disk writer; past this, blocks are not
     /// written to disk (the cache is best effort, the reader never waits for it).
     public var diskWriteQueueBytes: Int = 128 << 20
+    /// After a whole-file read whose content hash matched, keep the file whole in the disk cache
+    /// too (`DiskBlockCache.storeWholeFile`), and offer it in `OpenReply.backingFile`: the FUSE
+    /// glue then lets the kernel read it directly (passthrough). Off unless the glue can use it.
+    public var keepWholeFiles: Bool = false
 
     // MARK: Misc
 

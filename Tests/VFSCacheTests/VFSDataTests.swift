@@ -146,6 +146,57 @@ import Testing
         #expect(reopened.readArray(key(5), length: 100) == [UInt8](repeating: 5, count: 100))
     }
 
+    @Test func aVerifiedWholeReadIsKeptWholeAndOfferedAsTheBackingFileOfLaterOpens() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = InMemoryRemote()
+        let data = testBytes(300_000)
+        remote.externalWrite("/f.bin", data)
+        let vfs = try makeVFS(remote) { $0.cacheDirectory = directory; $0.keepWholeFiles = true }
+        defer { vfs.shutdown() }
+        let file = try vfs.resolve("/f.bin")
+        let first = try vfs.open(file, flags: .read)
+        #expect(first.backingFile == nil)   // nothing verified yet
+        vfs.release(file, handle: first.handle)
+        #expect(try vfs.readAll(file) == data)
+        vfs.blocks.waitUntilIdle()
+        let second = try vfs.open(file, flags: .read)
+        defer { vfs.release(file, handle: second.handle) }
+        let backing = try #require(second.backingFile)
+        #expect(FileManager.default.contents(atPath: backing).map(Array.init) == data)
+    }
+
+    @Test func wholeFilesAreNotKeptWithoutTheSettingOrWithABlockMissing() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(300_000))
+        let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
+        defer { vfs.shutdown() }
+        let file = try vfs.resolve("/f.bin")
+        _ = try vfs.readAll(file)
+        vfs.blocks.waitUntilIdle()
+        let reply = try vfs.open(file, flags: .read)
+        vfs.release(file, handle: reply.handle)
+        #expect(reply.backingFile == nil)
+
+        let cache = try DiskBlockCache(directory: directory, blockSize: 100, budget: 1000, log: LogCapture().logger)
+        let block = CachedBlock(adopting: CachedBlock.allocateStorage(byteCount: 100), computeDigests: false)
+        #expect(!cache.storeWholeFile(fileID: "id:a", rev: "01", size: 200, blockCount: 2) { $0 == 0 ? block : nil })
+        #expect(cache.wholeFile(fileID: "id:a", rev: "01") == nil)
+        #expect(!cache.storeWholeFile(fileID: "id:b", rev: "01", size: 600, blockCount: 6) { _ in block })   // over half the budget
+        #expect(cache.storeWholeFile(fileID: "id:c", rev: "01", size: 200, blockCount: 2) { _ in block })
+        let kept = try #require(cache.wholeFile(fileID: "id:c", rev: "01"))
+        #expect((try? FileManager.default.attributesOfItem(atPath: kept)[.size] as? Int) == 200)
+        // It survives a restart of the cache, counts in its budget, and goes with a purge.
+        let reopened = try DiskBlockCache(directory: directory, blockSize: 100, budget: 1000, log: LogCapture().logger)
+        #expect(reopened.wholeFile(fileID: "id:c", rev: "01") != nil)
+        #expect(reopened.usage.bytes == 200)
+        reopened.purge(fileID: "id:c", rev: "01")
+        #expect(reopened.wholeFile(fileID: "id:c", rev: "01") == nil)
+        #expect(!FileManager.default.fileExists(atPath: kept))
+    }
+
     @Test func diskCacheRemovesFoldersOfEvictedFiles() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
