@@ -2,7 +2,8 @@
 // dbxfs: a FUSE3 filesystem for Dropbox.
 //
 // Layers, bottom up (each in its own folder under Sources/):
-//   C shims      CFuse, CCurl + CCurlShim, CCrypto, CSQLite: module maps over Debian's -dev packages.
+//   C shims      CFuse (+ CFusePassthrough), CCurl + CCurlShim, CCrypto, CSQLite: module maps over
+//                Debian's -dev packages, and two small C targets for what Swift cannot call directly.
 //   ContentHash  Dropbox's 4 MiB-block content hash and secure random bytes (libcrypto).
 //   DropboxRemote  the Dropbox API v2 client over libcurl. Knows nothing of FUSE.
 //   VFSCache     inodes, metadata cache, block cache, write-back, upload journal. No FUSE, no HTTP:
@@ -17,6 +18,7 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CFuse", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        .target(name: "CFusePassthrough", dependencies: ["CFuse"]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
@@ -25,7 +27,7 @@ let package = Package(
         .target(name: "ContentHash", dependencies: ["CCrypto"]),
         .target(name: "DropboxRemote", dependencies: ["CCurlShim", "ContentHash"]),
         .target(name: "VFSCache", dependencies: ["CSQLite", "CCrypto", "ContentHash"]),
-        .executableTarget(name: "dbxfs", dependencies: ["CFuse", "DropboxRemote", "VFSCache"]),
+        .executableTarget(name: "dbxfs", dependencies: ["CFuse", "CFusePassthrough", "DropboxRemote", "VFSCache"]),
         .executableTarget(name: "dbxfs-client-bench", dependencies: ["DropboxRemote"]),
 
         .testTarget(name: "ContentHashTests", dependencies: ["ContentHash"]),

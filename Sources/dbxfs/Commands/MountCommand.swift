@@ -63,7 +63,7 @@ enum MountCommand {
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
-            try session.mount(at: mountpoint)
+            try session.mount(at: mountpoint, passthrough: options.passthrough)
         } catch {
             control?.stop()
             backend.shutdown()

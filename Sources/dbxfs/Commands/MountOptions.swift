@@ -30,6 +30,14 @@ struct MountOptions: Sendable {
     var kernelReadAheadKiB = 1024
     /// Hidden `--no-readdirplus`: plain readdir only (to measure what readdirplus saves).
     var readDirectoryPlus = true
+    /// `--no-passthrough`: never let the kernel read cached files by itself (FUSE passthrough).
+    var passthroughAllowed = true
+    /// Passthrough is tried: allowed, a read-only mount, and running as root (registering a
+    /// backing file with the kernel needs CAP_SYS_ADMIN); whether the kernel offers it is settled
+    /// at INIT. Read-only, because the kernel refuses any open of a file that is not passthrough
+    /// while passthrough opens of it remain: on a writable mount, opening a file for writing
+    /// while someone reads it would fail with EIO (docs/SEMANTICS.md).
+    var passthrough: Bool { passthroughAllowed && readOnly && geteuid() == 0 }
     /// Options for libfuse (`fuse_session_new`'s -o), already stripped of ours.
     var fuseOptions: [String] = []
     var uid: UInt32 = getuid()
@@ -59,6 +67,8 @@ struct MountOptions: Sendable {
           --log-level LEVEL       error, warning, info (default), debug
           --log-file FILE         where the daemon logs once detached (default CACHE_DIR/dbxfs.log)
           --kernel-read-ahead SIZE  kernel read-ahead for the mount (default 1M; root only; 0 = leave)
+          --no-passthrough        never let the kernel read fully cached files by itself (FUSE
+                                  passthrough; by default on read-only mounts when root, Linux >= 6.9)
           -d, --debug             log every FUSE request (implies -f and --log-level debug)
           -h, --help              this text
 
@@ -120,6 +130,7 @@ struct MountOptions: Sendable {
                 do throws(ByteSize.Invalid) { options.kernelReadAheadKiB = Int(try ByteSize.parse(raw) / 1024) }
                 catch { throw UsageError(description: error.description) }
             case "--no-readdirplus": options.readDirectoryPlus = false
+            case "--no-passthrough": options.passthroughAllowed = false
             case "--max-threads":
                 let raw = try value(for: name, inline: inline)
                 guard let n = UInt32(raw), n >= 2 else { throw UsageError(description: "invalid --max-threads '\(raw)'") }

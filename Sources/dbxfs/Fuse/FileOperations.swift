@@ -4,6 +4,7 @@
 /// only copy is the kernel's, into the reader's pages. What close() waits for is the facade's decision (see docs/SEMANTICS.md): flush may
 /// report an earlier write-back error, release never waits for the network.
 import CFuse
+import CFusePassthrough
 import Foundation
 import VFSCache
 
@@ -15,9 +16,21 @@ enum FileOperations {
             do throws(Errno) {
                 let opened = try fs.operations.open(ino, flags: FileOperations.openFlags(fi.pointee.flags))
                 fi.pointee.fh = opened.handle
-                dbxfs_fi_set_keep_cache(fi, opened.keepCache)
-                dbxfs_fi_set_direct_io(fi, opened.directIO)
-                if fuse_reply_open(req, fi) != 0 { fs.operations.release(ino, handle: opened.handle) }
+                let sent: Int32
+                switch fs.passthrough.open(ino, handle: opened.handle, backingFile: opened.backingFile) {
+                case .passthrough(let backingID):
+                    dbxfs_fi_set_keep_cache(fi, false)
+                    dbxfs_fi_set_direct_io(fi, false)
+                    sent = dbxfs_passthrough_reply_open(UnsafeMutableRawPointer(req), UnsafeRawPointer(fi), backingID)
+                case .cached:
+                    dbxfs_fi_set_keep_cache(fi, opened.keepCache)
+                    dbxfs_fi_set_direct_io(fi, opened.directIO)
+                    sent = fuse_reply_open(req, fi)
+                }
+                if sent != 0 {
+                    fs.passthrough.released(opened.handle)
+                    fs.operations.release(ino, handle: opened.handle)
+                }
             } catch {
                 reply(req, error: error)
             }
@@ -30,6 +43,7 @@ enum FileOperations {
                 let (entry, opened) = try fs.operations.create(parent: parent, name: name,
                                                                flags: FileOperations.openFlags(fi.pointee.flags))
                 fi.pointee.fh = opened.handle
+                // Never passthrough: creating writes, and passthrough is for read-only mounts.
                 dbxfs_fi_set_keep_cache(fi, opened.keepCache)
                 dbxfs_fi_set_direct_io(fi, opened.directIO)
                 var e = fs.entryParam(entry)
@@ -75,7 +89,9 @@ enum FileOperations {
             }
         }
         ops.release = { req, ino, fi in
-            FuseFilesystem.from(req).operations.release(ino, handle: fi?.pointee.fh ?? 0)
+            let fs = FuseFilesystem.from(req)
+            fs.passthrough.released(fi?.pointee.fh ?? 0)
+            fs.operations.release(ino, handle: fi?.pointee.fh ?? 0)
             fuse_reply_err(req, 0)
         }
         ops.fsync = { req, ino, _, fi in

@@ -21,6 +21,9 @@ final class FuseFilesystem: Sendable {
     /// Read-ahead to answer in INIT (bytes). The kernel keeps the smaller of this and the mount's
     /// current window, which `KernelReadAhead` raises before the loop processes INIT.
     let maxReadAhead: UInt32
+    /// Opens served by the kernel from a backing file (FUSE passthrough), and the per-inode
+    /// rules that go with them.
+    let passthrough: PassthroughOpens
     let log: Logger
 
     init(operations: any FilesystemOperations, maxRequestSize: UInt32 = 1 << 20,
@@ -31,6 +34,7 @@ final class FuseFilesystem: Sendable {
         self.readDirectoryPlus = readDirectoryPlus
         self.maxReadAhead = maxReadAhead
         self.preferredIOSize = Int(maxRequestSize)
+        self.passthrough = PassthroughOpens(log: log)
         self.log = log
     }
 

@@ -4,6 +4,7 @@
 ///
 /// `notifier` is how the rest of the daemon (the change watcher) drops the kernel's caches.
 import CFuse
+import CFusePassthrough
 import Foundation
 import VFSCache
 
@@ -41,7 +42,9 @@ final class FuseSession {
         notifier.attach(created)
     }
 
-    func mount(at mountpoint: String) throws(Failure) {
+    /// Mounts; with `passthrough`, also installs the hooks that let the kernel serve opens of
+    /// fully cached files from their backing files (CFusePassthrough; needs root).
+    func mount(at mountpoint: String, passthrough: Bool = false) throws(Failure) {
         guard let session else { return }
         if fuse_set_signal_handlers(session) != 0 {
             throw Failure(description: "could not install signal handlers")
@@ -51,6 +54,13 @@ final class FuseSession {
             throw Failure(description: "could not mount on \(mountpoint) (see the message above; is /dev/fuse usable?)")
         }
         mounted = true
+        if passthrough {
+            if dbxfs_passthrough_install(UnsafeMutableRawPointer(session)) == 0 {
+                filesystem.passthrough.attach(session)
+            } else {
+                filesystem.log.info("passthrough reads unavailable (libfuse refused the I/O hooks)")
+            }
+        }
     }
 
     /// Serves requests until unmounted or signalled. `maxThreads` bounds the worker pool: every
@@ -77,6 +87,7 @@ final class FuseSession {
 
     deinit {
         notifier.detach()
+        filesystem.passthrough.detach()
         unmount()
         if let session { fuse_session_destroy(session) }
     }

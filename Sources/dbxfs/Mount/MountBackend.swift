@@ -107,6 +107,8 @@ struct MountBackend: CustomStringConvertible {
         config.umask = options.umask
         config.cacheDirectory = cacheDirectory
         config.diskCacheBytes = Int64(clamping: options.cacheSize)
+        // Whole verified copies are only worth their disk I/O if the kernel may read them itself.
+        config.keepWholeFiles = options.passthrough
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
         let operations = try makeFilesystem(remote: gated, config: config, logger: logger, readOnly: options.readOnly)
