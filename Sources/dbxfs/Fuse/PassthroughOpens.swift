@@ -45,9 +45,6 @@ final class PassthroughOpens: @unchecked Sendable {
     func attach(_ session: OpaquePointer) { lock.withLock { self.session = session } }
     func detach() { lock.withLock { session = nil } }
 
-    /// Opens of each mode now (for tests and the debug log).
-    var passthroughCount: Int { lock.withLock { inodes.values.reduce(0) { $0 + $1.passthrough } } }
-
     /// How to answer the open of `ino` as `handle`; call `released` when it ends (or when the
     /// reply could not be sent).
     func open(_ ino: InodeNumber, handle: HandleID, backingFile: String?) -> Mode {
