@@ -138,8 +138,8 @@ public final class VFS: FilesystemOperations, Sendable {
     }
 
     public func displayName(of ino: InodeNumber) -> String? {
-        guard ino != rootInode, let path = metadata.path(of: ino) else { return nil }
-        return path.split(separator: "/").last.map(String.init)
+        guard ino != rootInode, let node = metadata.node(ino), node.isAttached else { return nil }
+        return node.name
     }
 
     public func forget(_ ino: InodeNumber, count: UInt64) {
