@@ -21,11 +21,13 @@ final class DiskBlockCache: @unchecked Sendable {
     private var index = LRUIndex<BlockKey>()
     let root: URL
     let budget: Int64
+    private let blockSize: Int
     private let log: Logger
 
     init(directory: URL, blockSize: Int, budget: Int64, log: Logger) throws {
         root = directory.appendingPathComponent("blocks").appendingPathComponent(String(blockSize))
         self.budget = budget
+        self.blockSize = blockSize
         self.log = log
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         scan()
@@ -95,7 +97,7 @@ final class DiskBlockCache: @unchecked Sendable {
         lock.lock()
         let known = index.touch(key)
         lock.unlock()
-        guard known else { return nil }
+        guard known else { return readFromWholeFile(key, length: length) }
         let path = url(for: key).path
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { forget(key); return nil }
@@ -200,6 +202,25 @@ final class DiskBlockCache: @unchecked Sendable {
 
     // MARK: Whole files
 
+    /// A block of a revision kept whole (its block files are dropped once the copy is in place).
+    private func readFromWholeFile(_ key: BlockKey, length: Int) -> UnsafeMutableRawBufferPointer? {
+        guard key.index != Self.wholeFileIndex, let path = wholeFile(fileID: key.fileID, rev: key.rev) else { return nil }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let buffer = CachedBlock.allocateStorage(byteCount: length)
+        let start = off_t(key.index) * off_t(blockSize)
+        var done = 0
+        while done < length {
+            let got = pread(fd, buffer.baseAddress! + done, length - done, start + off_t(done))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            done += got
+        }
+        guard done == length else { CachedBlock.releaseStorage(buffer); return nil }
+        return buffer
+    }
+
     /// A whole revision can be kept in one file too, `<hex rev>-<UInt64.max>`, in the same LRU
     /// and budget as the blocks: the backing file FUSE passthrough hands the kernel (the glue's
     /// PassthroughOpens.swift). An open passthrough file keeps reading it after an eviction
@@ -250,29 +271,35 @@ final class DiskBlockCache: @unchecked Sendable {
             unlink(temporary.path)
             return false
         }
+        // The revision's block files are now a second copy: drop them (reads of its blocks
+        // come from the whole file, `readFromWholeFile`), so the disk holds it once.
+        let blockFiles = blockKeys(fileID: fileID, rev: rev).filter { $0.index != Self.wholeFileIndex }
         lock.lock()
+        for block in blockFiles { index.remove(block) }
         index.insert(key, size: Int(size))
         let victims = evictLocked()
         lock.unlock()
-        remove(victims)
+        remove(blockFiles + victims)
         return !victims.contains(key)
     }
 
     /// Drops every block of one revision of a file.
     func purge(fileID: String, rev: String) {
-        let folder = folder(forFileID: fileID)
-        let prefix = Self.hex(rev) + "-"
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
-        var victims: [BlockKey] = []
-        for name in names where name.hasPrefix(prefix) {
-            if let blockIndex = UInt64(name.dropFirst(prefix.count)) {
-                victims.append(BlockKey(fileID: fileID, rev: rev, index: blockIndex))
-            }
-        }
+        let victims = blockKeys(fileID: fileID, rev: rev)
         lock.lock()
         for key in victims { index.remove(key) }
         lock.unlock()
         remove(victims)
+    }
+
+    /// The keys of every file of one revision on disk (blocks and whole copy).
+    private func blockKeys(fileID: String, rev: String) -> [BlockKey] {
+        let prefix = Self.hex(rev) + "-"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder(forFileID: fileID).path)) ?? []
+        return names.compactMap { name in
+            guard name.hasPrefix(prefix), let blockIndex = UInt64(name.dropFirst(prefix.count)) else { return nil }
+            return BlockKey(fileID: fileID, rev: rev, index: blockIndex)
+        }
     }
 
     var usage: (bytes: Int64, blocks: Int) {

@@ -164,6 +164,17 @@ import Testing
         defer { vfs.release(file, handle: second.handle) }
         let backing = try #require(second.backingFile)
         #expect(FileManager.default.contents(atPath: backing).map(Array.init) == data)
+        // The disk holds it once: the block files went, and a new VFS on the same cache reads
+        // its blocks from the whole copy without a download.
+        let files = FileManager.default.enumerator(atPath: directory.appendingPathComponent("blocks").path)?
+            .compactMap { $0 as? String }.filter { !$0.hasSuffix("/") && $0.contains("-") } ?? []
+        #expect(files.count == 1)
+        vfs.shutdown()
+        remote.resetCounts()
+        let again = try makeVFS(remote) { $0.cacheDirectory = directory; $0.keepWholeFiles = true }
+        defer { again.shutdown() }
+        #expect(try again.readAll(try again.resolve("/f.bin")) == data)
+        #expect(remote.calls("download") == 0)
     }
 
     @Test func wholeFilesAreNotKeptWithoutTheSettingOrWithABlockMissing() throws {
