@@ -103,16 +103,9 @@ final class DiskBlockCache: @unchecked Sendable {
         guard fd >= 0 else { forget(key); return nil }
         defer { close(fd) }
         let buffer = CachedBlock.allocateStorage(byteCount: length)
-        var done = 0
-        while done < length {
-            let got = Glibc.read(fd, buffer.baseAddress! + done, length - done)
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else { break }
-            done += got
-        }
         // One more byte available means the file is longer than expected: not this block.
         var extra: UInt8 = 0
-        guard done == length && Glibc.read(fd, &extra, 1) == 0 else {
+        guard Self.readFully(fd, into: buffer, at: 0) == length && pread(fd, &extra, 1, off_t(length)) == 0 else {
             CachedBlock.releaseStorage(buffer)
             log.warning("disk cache: dropping \(path): unexpected length")
             forget(key)
@@ -141,24 +134,8 @@ final class DiskBlockCache: @unchecked Sendable {
         guard Int64(bytes.count) <= budget else { return }
         if let hook = beforeWrite.withLock({ $0 }) { hook() }
         let target = url(for: key)
-        let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
-        do {
-            // Eviction removes a file's folder with its last block (`remove`); a write landing
-            // between our mkdir and its open finds no folder, and makes it again once.
-            var written = false
-            for attempt in 0..<2 {
-                try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-                written = Self.writeFile(temporary.path, bytes)
-                if written || errno != ENOENT || attempt == 1 { break }
-            }
-            guard written, rename(temporary.path, target.path) == 0 else {
-                let reason = String(cString: strerror(errno))
-                try? FileManager.default.removeItem(at: temporary)
-                log.warning("disk cache: cannot write \(target.path): \(reason)")
-                return
-            }
-        } catch {
-            log.warning("disk cache: cannot write \(target.path): \(error)")
+        if let reason = createAtomically(target, { Self.writeFile($0, bytes) }) {
+            log.warning("disk cache: cannot write \(target.path): \(reason)")
             return
         }
         lock.lock()
@@ -190,9 +167,50 @@ final class DiskBlockCache: @unchecked Sendable {
         let fd = open(path, flags, 0o600)
         guard fd >= 0 else { return false }
         defer { close(fd) }
+        return writeFully(fd, bytes, at: 0)
+    }
+
+    /// Makes `target` appear whole or not at all: `fill` writes a new temporary file beside it (at
+    /// the path it is given), which is then renamed into place. Eviction removes a file's folder
+    /// with its last block (`remove`); if that happened between making the folder and filling it,
+    /// the folder is made again, once. Returns nil, or why it failed.
+    private func createAtomically(_ target: URL, _ fill: (String) -> Bool) -> String? {
+        let folder = target.deletingLastPathComponent()
+        let temporary = folder.appendingPathComponent(".tmp-\(UUID().uuidString)").path
+        var filled = false
+        var cause: Int32 = 0
+        for _ in 0..<2 {
+            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch { return "\(error)" }
+            filled = fill(temporary)
+            cause = errno
+            if filled || FileManager.default.fileExists(atPath: folder.path) { break }
+        }
+        if filled, rename(temporary, target.path) != 0 { cause = errno; filled = false }
+        guard filled else {
+            unlink(temporary)
+            return String(cString: strerror(cause))
+        }
+        return nil
+    }
+
+    /// Reads up to `buffer.count` bytes at `offset`; returns how many (fewer only at the end or on
+    /// an error).
+    private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: off_t) -> Int {
+        var done = 0
+        while done < buffer.count {
+            let got = pread(fd, buffer.baseAddress! + done, buffer.count - done, offset + off_t(done))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { break }
+            done += got
+        }
+        return done
+    }
+
+    /// Writes all of `bytes` at `offset`.
+    private static func writeFully(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: off_t) -> Bool {
         var done = 0
         while done < bytes.count {
-            let wrote = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            let wrote = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, offset + off_t(done))
             if wrote < 0 && errno == EINTR { continue }
             guard wrote > 0 else { return false }
             done += wrote
@@ -209,15 +227,10 @@ final class DiskBlockCache: @unchecked Sendable {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         let buffer = CachedBlock.allocateStorage(byteCount: length)
-        let start = off_t(key.index) * off_t(blockSize)
-        var done = 0
-        while done < length {
-            let got = pread(fd, buffer.baseAddress! + done, length - done, start + off_t(done))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else { break }
-            done += got
+        guard Self.readFully(fd, into: buffer, at: off_t(key.index) * off_t(blockSize)) == length else {
+            CachedBlock.releaseStorage(buffer)
+            return nil
         }
-        guard done == length else { CachedBlock.releaseStorage(buffer); return nil }
         return buffer
     }
 
@@ -247,30 +260,18 @@ final class DiskBlockCache: @unchecked Sendable {
                         block: (Int) -> CachedBlock?) -> Bool {
         guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
         let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
-        let target = url(for: key)
-        let temporary = target.deletingLastPathComponent().appendingPathComponent(".tmp-\(UUID().uuidString)")
-        try? FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
-        let fd = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return false }
-        var offset: UInt64 = 0
-        var complete = true
-        for number in 0..<blockCount {
-            guard let bytes = block(number) else { complete = false; break }
-            var done = 0
-            while done < bytes.count {
-                let wrote = pwrite(fd, bytes.buffer.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
-                if wrote < 0 && errno == EINTR { continue }
-                guard wrote > 0 else { complete = false; break }
-                done += wrote
+        let failure = createAtomically(url(for: key)) { path in
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { return false }
+            defer { close(fd) }
+            var offset: UInt64 = 0
+            for number in 0..<blockCount {
+                guard let bytes = block(number), Self.writeFully(fd, bytes.buffer, at: off_t(offset)) else { return false }
+                offset += UInt64(bytes.count)
             }
-            guard complete else { break }
-            offset += UInt64(bytes.count)
+            return offset == size
         }
-        close(fd)
-        guard complete, offset == size, rename(temporary.path, target.path) == 0 else {
-            unlink(temporary.path)
-            return false
-        }
+        guard failure == nil else { return false }
         // The revision's block files are now a second copy: drop them (reads of its blocks
         // come from the whole file, `readFromWholeFile`), so the disk holds it once.
         let blockFiles = blockKeys(fileID: fileID, rev: rev).filter { $0.index != Self.wholeFileIndex }

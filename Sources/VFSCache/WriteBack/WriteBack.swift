@@ -29,7 +29,6 @@ public final class WriteBackEngine: @unchecked Sendable {
     let chunkPool: WorkerPool
     /// Mirrors `stopped` for progress callbacks, which run without the lock.
     let stopFlag = Atomic<Bool>(false)
-    /// Hashes the final blocks of files being written (PrefixHash.swift), one block at a time.
     /// Bytes read to hash at commit time (for tests and benchmarks: with the prefix hashed while
     /// the file was written, only the tail should be).
     let bytesHashedAtCommit = Atomic<UInt64>(0)
