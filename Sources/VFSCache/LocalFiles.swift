@@ -50,14 +50,16 @@ final class LocalFile: @unchecked Sendable {
     }
 
     /// `data` was written at `sequentialPrefix`: advances it and hashes the bytes on this thread
-    /// (they are in the cache now). Returns the blocks this write completed.
+    /// (they are in the cache now). Returns the blocks this write completed, and the digest of
+    /// the partial block it ended in (so a file written in order is never read back to hash).
     func extendSequence(_ data: UnsafeRawBufferPointer) -> CompletedBlocks {
         guard let prefix = sequentialPrefix else { return CompletedBlocks(firstIndex: 0, digests: []) }
         if prefixDigester == nil, prefix == 0 { prefixDigester = BlockDigester() }
         sequentialPrefix = prefix + UInt64(data.count)
         guard let digester = prefixDigester else { return CompletedBlocks(firstIndex: 0, digests: []) }
         let first = digester.completedBlocks
-        return CompletedBlocks(firstIndex: first, digests: digester.update(data))
+        let digests = digester.update(data)
+        return CompletedBlocks(firstIndex: first, digests: digests, tailDigest: digester.partialBlockDigest())
     }
 
     func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {

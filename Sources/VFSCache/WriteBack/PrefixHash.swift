@@ -17,14 +17,17 @@
 import ContentHash
 import Foundation
 
-/// Digests of block `firstIndex` onwards, completed by one write.
+/// Digests of block `firstIndex` onwards, completed by one write, and of the partial block the
+/// write ended in (nil when it ended on a block boundary).
 public struct CompletedBlocks: Sendable {
     public var firstIndex: Int
     public var digests: [[UInt8]]
+    public var tailDigest: [UInt8]?
 
-    public init(firstIndex: Int, digests: [[UInt8]]) {
+    public init(firstIndex: Int, digests: [[UInt8]], tailDigest: [UInt8]? = nil) {
         self.firstIndex = firstIndex
         self.digests = digests
+        self.tailDigest = tailDigest
     }
 }
 
@@ -35,6 +38,8 @@ final class PrefixHash: @unchecked Sendable {
     var digests: [[UInt8]] = []
     /// How far the writer has written contiguously (what the last report covered).
     var writtenPrefix: UInt64 = 0
+    /// SHA-256 of the bytes after the last whole block, up to `writtenPrefix` (nil: none).
+    var tailDigest: [UInt8]?
     /// The bytes changed below the digests, or a report was out of sequence: never use them.
     var invalid = false
 
@@ -58,22 +63,33 @@ extension WriteBackEngine {
         }
         prefix.digests += completed.digests
         prefix.writtenPrefix = max(prefix.writtenPrefix, contiguousBytes)
+        prefix.tailDigest = completed.tailDigest
     }
 
     /// For `prepare`: the digests of `job`'s file taken while it was written, still valid for the
-    /// bytes on disk. Nil if there are none or they are stale.
-    /// Used once: the digests belong to this close.
+    /// bytes on disk: those of its first whole blocks and, when the writer reported every byte up
+    /// to the journaled size and nothing changed since, that of the partial last block too, so
+    /// nothing is left to read. Nil if there are none or they are stale (also while the file is
+    /// being written again: they would not belong to this close). Used once.
     func takePrefixDigests(_ job: UploadJob) -> [[UInt8]]? {
         condition.lock(); defer { condition.unlock() }
-        guard let dirty = files[job.key], dirty.file === job.file, let prefix = dirty.prefixHash else { return nil }
+        guard let dirty = files[job.key], dirty.file === job.file, !dirty.writing, let prefix = dirty.prefixHash else { return nil }
         dirty.prefixHash = nil
-        let usable = Int(min(UInt64(prefix.digests.count), job.record.size / UInt64(DropboxChunkRules.blockSize)))
-        guard !prefix.invalid, usable > 0, job.file.takeLowestChange() >= prefix.hashedBytes else { return nil }
-        return Array(prefix.digests.prefix(usable))
+        let size = job.record.size
+        let wholeBlocks = Int(size / UInt64(DropboxChunkRules.blockSize))
+        let lowestChange = job.file.takeLowestChange()
+        guard !prefix.invalid, lowestChange >= prefix.hashedBytes else { return nil }
+        var digests = Array(prefix.digests.prefix(wholeBlocks))
+        if lowestChange == .max, prefix.writtenPrefix == size, prefix.digests.count == wholeBlocks,
+           let tail = prefix.tailDigest {
+            digests.append(tail)
+        }
+        return digests.isEmpty ? nil : digests
     }
 
-    /// The content hash of bytes [0, `size`) of `file`, given the digests of its first blocks:
-    /// only the rest is read. Adds what it reads to `bytesHashedAtCommit`.
+    /// The content hash of bytes [0, `size`) of `file`, given the digests of its first blocks
+    /// (the last one may be the partial last block's): only the rest is read. Adds what it reads
+    /// to `bytesHashedAtCommit`.
     func contentHash(of file: StagingFile, size: UInt64, digestsOfFirstBlocks: [[UInt8]]) throws(Errno) -> String {
         let block = UInt64(DropboxChunkRules.blockSize)
         var digests = digestsOfFirstBlocks

@@ -117,7 +117,9 @@ func writeSequentially(_ engine: WriteBackEngine, _ path: String, _ data: [UInt8
         let end = min(data.count, offset + (1 << 20))
         let piece = Array(data[offset..<end])
         try file.write(at: UInt64(offset), piece)
-        let completed = CompletedBlocks(firstIndex: digester.completedBlocks, digests: piece.withUnsafeBytes { digester.update($0) })
+        let first = digester.completedBlocks
+        let digests = piece.withUnsafeBytes { digester.update($0) }
+        let completed = CompletedBlocks(firstIndex: first, digests: digests, tailDigest: digester.partialBlockDigest())
         offset = end
         engine.noteSequentialProgress(path: path, contiguousBytes: UInt64(offset), completedBlocks: completed)
     }
