@@ -4,8 +4,9 @@
 /// temporary name and renamed into place, so a crash leaves whole blocks or none; leftovers are
 /// removed by the startup scan, which also rebuilds the LRU order from file modification times.
 ///
-/// Blocks are written with O_DIRECT where possible (see `write`), so caching a streamed file costs
-/// no page-cache copy.
+/// Blocks are written and read with O_DIRECT where possible (see `write` and `readDirectly`), so
+/// caching a streamed file costs no page-cache copy and re-reading it holds no second copy in
+/// memory.
 ///
 /// The index lives in memory under `lock`; file I/O happens outside it. A block whose file has
 /// vanished or has the wrong length is treated as a miss and forgotten.
@@ -99,20 +100,56 @@ final class DiskBlockCache: @unchecked Sendable {
         lock.unlock()
         guard known else { return readFromWholeFile(key, length: length) }
         let path = url(for: key).path
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { forget(key); return nil }
-        defer { close(fd) }
         let buffer = CachedBlock.allocateStorage(byteCount: length)
-        // One more byte available means the file is longer than expected: not this block.
-        var extra: UInt8 = 0
-        guard Self.readFully(fd, into: buffer, at: 0) == length && pread(fd, &extra, 1, off_t(length)) == 0 else {
+        let outcome = Self.readBlockFile(path, into: buffer)
+        guard case .read = outcome else {
             CachedBlock.releaseStorage(buffer)
-            log.warning("disk cache: dropping \(path): unexpected length")
             forget(key)
-            try? FileManager.default.removeItem(atPath: path)
+            switch outcome {
+            case .wrongLength:
+                log.warning("disk cache: dropping \(path): unexpected length")
+                try? FileManager.default.removeItem(atPath: path)
+            case .failed(let cause):
+                log.warning("disk cache: cannot read \(path): \(String(cString: strerror(cause)))")
+            case .read, .missing:
+                break
+            }
             return nil
         }
         return buffer
+    }
+
+    private enum BlockFileRead { case read, missing, wrongLength, failed(Int32) }
+
+    /// Reads a block file that must be exactly `buffer.count` bytes long. Whole blocks (page
+    /// aligned, a multiple of 4 KiB) are read with O_DIRECT, from the disk straight into the
+    /// block's memory, as they were written (`write`): so the cache's files never take page-cache
+    /// memory. The kernel already keeps the mount's own pages of the file; a buffered read would
+    /// hold the bytes in memory twice and copy them once more (14 alternating pairs of 1 GiB
+    /// re-reads after a remount: median 1.12 → 1.55 GB/s, dbxfs's CPU median 1.32 → 0.83 s).
+    /// File systems that refuse direct I/O get a buffered read.
+    private static func readBlockFile(_ path: String, into buffer: UnsafeMutableRawBufferPointer) -> BlockFileRead {
+        if isDirectIOAligned(UnsafeRawBufferPointer(buffer)) {
+            let fd = open(path, O_RDONLY | O_CLOEXEC | directIO)
+            if fd < 0 && errno == ENOENT { return .missing }
+            if fd >= 0 {
+                defer { close(fd) }
+                guard fileSize(fd) == buffer.count else { return .wrongLength }
+                if readFully(fd, into: buffer, at: 0) == buffer.count { return .read }
+                // Some file systems take a direct open and refuse the read: buffered, below.
+            }
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return errno == ENOENT ? .missing : .failed(errno) }
+        defer { close(fd) }
+        guard fileSize(fd) == buffer.count else { return .wrongLength }
+        errno = 0
+        return readFully(fd, into: buffer, at: 0) == buffer.count ? .read : .failed(errno == 0 ? EIO : errno)
+    }
+
+    private static func fileSize(_ fd: Int32) -> Int? {
+        var status = stat()
+        return fstat(fd, &status) == 0 ? Int(status.st_size) : nil
     }
 
     func contains(_ key: BlockKey) -> Bool {
@@ -153,13 +190,15 @@ final class DiskBlockCache: @unchecked Sendable {
     #endif
     private static let directAlignment = 4096
 
+    private static func isDirectIOAligned(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.count > 0 && bytes.count % directAlignment == 0 && Int(bitPattern: bytes.baseAddress) % directAlignment == 0
+    }
+
     /// Writes `bytes` to a new file at `path`, with O_DIRECT when the buffer allows it and the file
     /// system takes it (some accept the open and refuse the write: then again, buffered).
     private static func writeFile(_ path: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
         let flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
-        let aligned = bytes.count > 0 && bytes.count % directAlignment == 0
-            && Int(bitPattern: bytes.baseAddress) % directAlignment == 0
-        if aligned, writeFile(path, bytes, flags: flags | directIO) { return true }
+        if isDirectIOAligned(bytes), writeFile(path, bytes, flags: flags | directIO) { return true }
         return writeFile(path, bytes, flags: flags)
     }
 

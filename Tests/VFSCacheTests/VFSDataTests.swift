@@ -146,6 +146,29 @@ import Testing
         #expect(reopened.readArray(key(5), length: 100) == [UInt8](repeating: 5, count: 100))
     }
 
+    /// Whole blocks come back from the disk with direct I/O: reading one must not leave the
+    /// block file's pages in the page cache (the mount's own pages already hold the bytes).
+    @Test func diskCacheReadsWholeBlocksWithoutFillingThePageCache() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let blockSize = 64 << 10
+        let cache = try DiskBlockCache(directory: directory, blockSize: blockSize, budget: 1 << 20, log: LogCapture().logger)
+        let key = BlockKey(fileID: "id:d", rev: "01", index: 0)
+        let data = testBytes(blockSize)
+        cache.write(key, data)
+        let file = try #require(FileManager.default.enumerator(atPath: cache.root.path)?
+            .compactMap { $0 as? String }.first { $0.hasSuffix("/3031-0") })   // hex of rev "01", block 0
+        let path = cache.root.appendingPathComponent(file).path
+        try dropFromPageCache(path)
+        #expect(try residentPages(path) == 0)
+        #expect(cache.readArray(key, length: blockSize) == data)
+        #expect(try residentPages(path) == 0)
+        // A block whose length is not a multiple of 4 KiB is read the ordinary way, and still right.
+        let short = BlockKey(fileID: "id:d", rev: "01", index: 1)
+        cache.write(short, Array(data[..<1000]))
+        #expect(cache.readArray(short, length: 1000) == Array(data[..<1000]))
+    }
+
     @Test func aVerifiedWholeReadIsKeptWholeAndOfferedAsTheBackingFileOfLaterOpens() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -103,3 +103,28 @@ extension DiskBlockCache {
         return Array(buffer)
     }
 }
+
+/// Writes the file's dirty pages out and asks the kernel to drop its cached pages.
+func dropFromPageCache(_ path: String) throws {
+    let fd = open(path, O_RDONLY)
+    guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    defer { close(fd) }
+    fdatasync(fd)
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+}
+
+/// How many of the file's pages are in the page cache (mincore over a mapping of it).
+func residentPages(_ path: String) throws -> Int {
+    let fd = open(path, O_RDONLY)
+    guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    defer { close(fd) }
+    var status = stat()
+    fstat(fd, &status)
+    let length = Int(status.st_size)
+    guard length > 0, let mapped = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), mapped != MAP_FAILED else { return 0 }
+    defer { munmap(mapped, length) }
+    let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+    var vector = [UInt8](repeating: 0, count: (length + page - 1) / page)
+    guard mincore(mapped, length, &vector) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    return vector.filter { $0 & 1 != 0 }.count
+}
