@@ -10,25 +10,19 @@
  *   - the whole file's memory is allocated and touched before mounting (dbxfs pays for its
  *     memory during the read);
  *   - reads only wait until the stream has passed their end, then reply from that memory.
- * FUSE is set up like dbxfs and memfs.c (low-level API, multi-threaded loop, 1 MiB requests
- * through max_write/FUSE_MAX_PAGES, async reads).
+ * FUSE is set up like dbxfs and memfs.c (onefile.h).
  *
  *   cc -O2 -o httpfs httpfs.c $(pkg-config --cflags --libs fuse3 libcurl) -lpthread
  *   httpfs MOUNTPOINT API_BASE TOKEN DROPBOX_PATH SIZE_BYTES   (foreground; fusermount3 -u to stop)
  */
-#define FUSE_USE_VERSION 312
-#include <fuse_lowlevel.h>
+#include "onefile.h"
 #include <curl/curl.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 static char *data;                 /* the whole file, filled by the download */
-static off_t file_size;
 static const char *api_base, *token, *dropbox_path;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -42,7 +36,7 @@ static size_t on_body(char *bytes, size_t one, size_t count, void *unused) {
     pthread_mutex_lock(&lock);
     off_t at = received;
     pthread_mutex_unlock(&lock);
-    if (at + (off_t)n > file_size) return 0;          /* more than announced: fail the transfer */
+    if (at + (off_t)n > onefile_size) return 0;          /* more than announced: fail the transfer */
     memcpy(data + at, bytes, n);
     pthread_mutex_lock(&lock);
     received = at + (off_t)n;
@@ -75,43 +69,10 @@ static void *download(void *unused) {
     curl_slist_free_all(headers);
     pthread_mutex_lock(&lock);
     finished = 1;
-    failed = rc != CURLE_OK || received != file_size;
+    failed = rc != CURLE_OK || received != onefile_size;
     pthread_cond_broadcast(&arrived);
     pthread_mutex_unlock(&lock);
     return NULL;
-}
-
-static void fill_stat(fuse_ino_t ino, struct stat *st) {
-    memset(st, 0, sizeof *st);
-    st->st_ino = ino;
-    if (ino == 1) { st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; }
-    else { st->st_mode = S_IFREG | 0444; st->st_nlink = 1; st->st_size = file_size; }
-}
-
-static void op_init(void *userdata, struct fuse_conn_info *conn) {
-    (void)userdata;
-    if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
-    conn->max_write = 1u << 20;
-    conn->max_read = 0;
-    conn->max_background = 64;
-    conn->congestion_threshold = 48;
-}
-
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
-    if (parent != 1 || strcmp(name, "data") != 0) { fuse_reply_err(req, ENOENT); return; }
-    struct fuse_entry_param e;
-    memset(&e, 0, sizeof e);
-    e.ino = 2; e.attr_timeout = 60; e.entry_timeout = 60;
-    fill_stat(2, &e.attr);
-    fuse_reply_entry(req, &e);
-}
-
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-    (void)fi;
-    struct stat st;
-    if (ino != 1 && ino != 2) { fuse_reply_err(req, ENOENT); return; }
-    fill_stat(ino, &st);
-    fuse_reply_attr(req, &st, 60);
 }
 
 /* The first open starts the one download; later opens read what it brings. */
@@ -131,8 +92,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
     (void)ino; (void)fi;
-    if (off >= file_size) { fuse_reply_buf(req, NULL, 0); return; }
-    if ((off_t)size > file_size - off) size = (size_t)(file_size - off);
+    if (off >= onefile_size) { fuse_reply_buf(req, NULL, 0); return; }
+    if ((off_t)size > onefile_size - off) size = (size_t)(onefile_size - off);
     pthread_mutex_lock(&lock);
     while (received < off + (off_t)size && !finished) pthread_cond_wait(&arrived, &lock);
     int ok = received >= off + (off_t)size;
@@ -147,29 +108,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     api_base = argv[2]; token = argv[3]; dropbox_path = argv[4];
-    file_size = (off_t)atoll(argv[5]);
+    onefile_size = (off_t)atoll(argv[5]);
     /* Populated now, not during the timed read (malloc + memset(0) would be folded into a
      * calloc of untouched pages). */
-    data = mmap(NULL, (size_t)file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    data = mmap(NULL, (size_t)onefile_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (data == MAP_FAILED) { perror("httpfs: mmap"); return 1; }
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
     struct fuse_lowlevel_ops ops;
     memset(&ops, 0, sizeof ops);
-    ops.init = op_init; ops.lookup = op_lookup; ops.getattr = op_getattr;
-    ops.open = op_open; ops.read = op_read;
-
-    char *args_v[] = { argv[0], "-o", "fsname=httpfs,ro", NULL };
-    struct fuse_args args = FUSE_ARGS_INIT(3, args_v);
-    struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, NULL);
-    if (!se) return 1;
-    if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, argv[1]) != 0) return 1;
-    struct fuse_loop_config *config = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_max_threads(config, 16);
-    int ret = fuse_session_loop_mt(se, config);
-    fuse_loop_cfg_destroy(config);
-    fuse_session_unmount(se);
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    return ret ? 1 : 0;
+    ops.lookup = onefile_lookup; ops.getattr = onefile_getattr; ops.open = op_open; ops.read = op_read;
+    return onefile_run(argv[0], argv[1], "fsname=httpfs,ro", &ops);
 }

@@ -1,20 +1,15 @@
 /* sinkfs: the smallest writable FUSE filesystem, for scripts/bench-write. It holds one file,
  * /data, whose writes are acknowledged and thrown away (only the size is kept), so writing
  * through it costs only the FUSE round trips and copies: the kernel's FUSE write ceiling on this
- * machine. It is set up like dbxfs (low-level API, multi-threaded loop, 1 MiB requests through
- * max_write), so the comparison is like for like.
+ * machine. It is set up like dbxfs (onefile.h), so the comparison is like for like.
  *
  *   cc -O2 -o sinkfs sinkfs.c $(pkg-config --cflags --libs fuse3)
  *   sinkfs MOUNTPOINT            (foreground; fusermount3 -u to stop)
  */
-#define FUSE_USE_VERSION 312
-#include <fuse_lowlevel.h>
-#include <errno.h>
+#include "onefile.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
 static off_t file_size;
 static int file_exists;
@@ -25,13 +20,6 @@ static void fill_stat(fuse_ino_t ino, struct stat *st) {
     st->st_ino = ino;
     if (ino == 1) { st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; }
     else { st->st_mode = S_IFREG | 0644; st->st_nlink = 1; pthread_mutex_lock(&lock); st->st_size = file_size; pthread_mutex_unlock(&lock); }
-}
-
-static void op_init(void *userdata, struct fuse_conn_info *conn) {
-    (void)userdata;
-    conn->max_write = 1u << 20;
-    conn->max_background = 64;
-    conn->congestion_threshold = 48;
 }
 
 static void reply_entry(fuse_req_t req) {
@@ -95,21 +83,8 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s MOUNTPOINT\n", argv[0]); return 2; }
     struct fuse_lowlevel_ops ops;
     memset(&ops, 0, sizeof ops);
-    ops.init = op_init; ops.lookup = op_lookup; ops.getattr = op_getattr; ops.setattr = op_setattr;
+    ops.lookup = op_lookup; ops.getattr = op_getattr; ops.setattr = op_setattr;
     ops.create = op_create; ops.open = op_open; ops.write = op_write;
     ops.flush = op_ok; ops.release = op_ok; ops.fsync = op_fsync;
-
-    char *args_v[] = { argv[0], "-o", "fsname=sinkfs", NULL };
-    struct fuse_args args = FUSE_ARGS_INIT(3, args_v);
-    struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, NULL);
-    if (!se) return 1;
-    if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, argv[1]) != 0) return 1;
-    struct fuse_loop_config *config = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_max_threads(config, 16);
-    int ret = fuse_session_loop_mt(se, config);
-    fuse_loop_cfg_destroy(config);
-    fuse_session_unmount(se);
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    return ret ? 1 : 0;
+    return onefile_run(argv[0], argv[1], "fsname=sinkfs", &ops);
 }
