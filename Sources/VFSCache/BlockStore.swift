@@ -1,9 +1,9 @@
 /// `BlockStore`: where a read gets its bytes. A block comes from memory, else from the disk
 /// cache, else from one ranged download; concurrent requests for one block share a single fetch
 /// (single-flight). Demand fetches run on the calling FUSE thread (no hand-off latency);
-/// read-ahead fetches run on the store's bounded worker pool, in parallel. Downloaded blocks are
-/// handed to a separate disk-writer thread, or dropped when it is behind, so no reader waits for
-/// the disk cache.
+/// read-ahead fetches run on the store's bounded worker pool, in parallel, a span of several
+/// blocks per download. Downloaded blocks are handed to a separate disk-writer thread, or dropped
+/// when it is behind, so no reader waits for the disk cache.
 import ContentHash
 import Foundation
 import Synchronization
@@ -58,7 +58,7 @@ final class BlockStore: @unchecked Sendable {
         do throws(Errno) {
             let epoch = purgeEpoch.load(ordering: .acquiring)
             return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
-                try load(request, background: false, epoch: epoch)
+                try load(request, epoch: epoch)
             }
         } catch {
             let cause = error == .timedOut
@@ -69,15 +69,82 @@ final class BlockStore: @unchecked Sendable {
         }
     }
 
-    /// Starts fetching the block in the background unless it is cached or already on its way.
-    func prefetch(_ request: BlockRequest) {
+    /// Starts fetching the blocks of one file in the background, skipping those cached or already
+    /// on their way. Consecutive blocks within one span (`VFSConfig.readAheadSpanBlocks` blocks,
+    /// aligned) come in one ranged download, cut into blocks as the bytes arrive.
+    func prefetch(_ requests: [BlockRequest]) {
         let epoch = purgeEpoch.load(ordering: .acquiring)
-        let key = FlightKey(block: request.key, epoch: epoch)
-        if memory.contains(request.key) || flights.isRunning(key) { return }
-        readAheadPool.submit { [self] in
-            // Read-ahead only serves sequential readers, whose reads get checked: hash here, in parallel.
-            flights.runIfIdle(key) { () throws(Errno) in try load(request, background: true, epoch: epoch) }
+        let wanted = requests.filter {
+            !memory.contains($0.key) && !flights.isRunning(FlightKey(block: $0.key, epoch: epoch))
         }
+        let span = UInt64(max(1, config.readAheadSpanBlocks))
+        var run: [BlockRequest] = []
+        for request in wanted {
+            if let last = run.last, last.key.index + 1 != request.key.index || request.key.index / span != last.key.index / span {
+                submitSpan(run, epoch: epoch)
+                run = []
+            }
+            run.append(request)
+        }
+        submitSpan(run, epoch: epoch)
+    }
+
+    private func submitSpan(_ requests: [BlockRequest], epoch: Int) {
+        guard !requests.isEmpty else { return }
+        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch) }
+    }
+
+    private typealias Claim = SingleFlight<FlightKey, CachedBlock>.Claim
+
+    /// Read-ahead's fetch: claims each block of the span that is still neither cached nor on its
+    /// way, serves the ones the disk cache has, and downloads each run of the rest with one
+    /// request. Read-ahead only serves sequential readers, whose reads get checked: the blocks'
+    /// digests are computed here, on the read-ahead threads.
+    private func fetchSpan(_ requests: [BlockRequest], epoch: Int) {
+        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
+        // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
+        guard current() else { return }
+        var run: [(request: BlockRequest, claim: Claim)] = []
+        for request in requests {
+            guard let claim = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
+                download(run, epoch: epoch)   // someone else has this one: the run ends here
+                run = []
+                continue
+            }
+            if let block = memory.get(request.key) {
+                flights.finish(claim, .success(block))
+            } else if let disk, let storage = disk.read(request.key, length: request.length) {
+                let block = CachedBlock(adopting: storage, computeDigests: usesPieceDigests)
+                if current() { memory.put(request.key, block) }
+                flights.finish(claim, .success(block))
+            } else {
+                run.append((request, claim))
+                continue
+            }
+            download(run, epoch: epoch)
+            run = []
+        }
+        download(run, epoch: epoch)
+    }
+
+    /// One ranged download for consecutive claimed blocks. Each block is cached and handed to
+    /// its waiting readers as soon as its last byte arrives; if the download breaks off, the
+    /// blocks not finished fail with the cause, as a single block's fetch would.
+    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int) {
+        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
+        var finished = 0
+        let cause = downloadBlocks(run.map(\.request), computeDigests: usesPieceDigests) { position, block in
+            let (request, claim) = run[position]
+            if current() {
+                memory.put(request.key, block)
+                scheduleDiskWrite(request.key, block)
+            }
+            flights.finish(claim, .success(block))
+            finished = position + 1
+        }
+        guard let cause, finished < run.count else { return }
+        recordFailure(of: run[finished...].map(\.request), cause)
+        for (_, claim) in run[finished...] { flights.finish(claim, .failure(.io)) }
     }
 
     /// Keeps a verified revision whole in the disk cache (for FUSE passthrough), in the background,
@@ -126,18 +193,20 @@ final class BlockStore: @unchecked Sendable {
         diskWriter.stop()
     }
 
-    private func load(_ request: BlockRequest, background: Bool, epoch: Int) throws(Errno) -> CachedBlock {
-        let eagerDigests = background && usesPieceDigests
+    /// A reader's fetch: memory, else the disk cache, else one ranged download of the block.
+    private func load(_ request: BlockRequest, epoch: Int) throws(Errno) -> CachedBlock {
         let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
-        // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
-        if background && !current() { throw Errno(ECANCELED) }
         if let block = memory.get(request.key) { return block }   // fetched while we queued
         if let disk, let storage = disk.read(request.key, length: request.length) {
-            let block = CachedBlock(adopting: storage, computeDigests: eagerDigests)
+            let block = CachedBlock(adopting: storage, computeDigests: false)
             if current() { memory.put(request.key, block) }
             return block
         }
-        let block = CachedBlock(adopting: try download(request), computeDigests: eagerDigests)
+        var fetched: CachedBlock?
+        if let cause = downloadBlocks([request], computeDigests: false, ready: { _, block in fetched = block }) {
+            recordFailure(of: [request], cause)
+        }
+        guard let block = fetched else { throw .io }
         if current() {
             memory.put(request.key, block)
             scheduleDiskWrite(request.key, block)
@@ -145,40 +214,59 @@ final class BlockStore: @unchecked Sendable {
         return block
     }
 
-    /// One ranged download straight into the block's buffer (the only copy on the way in).
-    /// Returns the buffer, fully written; the caller owns it.
-    private func download(_ request: BlockRequest) throws(Errno) -> UnsafeMutableRawBufferPointer {
-        let length = request.length
-        let storage = CachedBlock.allocateStorage(byteCount: length)
+    /// Downloads consecutive blocks of one file with one ranged request, straight into each
+    /// block's buffer (the only copy on the way in), and hands each block to `ready` (with its
+    /// position in `requests`) as soon as its last byte has arrived. Returns nil if every block
+    /// was handed over, else why the rest were not.
+    private func downloadBlocks(_ requests: [BlockRequest], computeDigests: Bool,
+                                ready: (Int, CachedBlock) -> Void) -> String? {
+        guard let first = requests.first, let last = requests.last else { return nil }
+        var storage = CachedBlock.allocateStorage(byteCount: first.length)
+        var filling = 0   // the block `storage` is for
+        var received = 0  // bytes of it so far
         var failure: RemoteError?
-        var received = 0
         do throws(RemoteError) {
-            try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
-                guard received + chunk.count <= length else { return false }
-                if chunk.count > 0 {
-                    UnsafeMutableRawBufferPointer(rebasing: storage[received..<(received + chunk.count)]).copyMemory(from: chunk)
+            try remote.download(path: first.path, rev: first.key.rev, range: first.range.lowerBound..<last.range.upperBound) { chunk in
+                var rest = chunk
+                while !rest.isEmpty {
+                    // More bytes than asked for (DropboxClient already cuts a server's surplus).
+                    guard filling < requests.count else { return false }
+                    let count = min(rest.count, storage.count - received)
+                    UnsafeMutableRawBufferPointer(rebasing: storage[received..<(received + count)])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: rest[..<count]))
+                    received += count
+                    rest = UnsafeRawBufferPointer(rebasing: rest[count...])
+                    guard received == storage.count else { continue }
+                    ready(filling, CachedBlock(adopting: storage, computeDigests: computeDigests))
+                    filling += 1
+                    received = 0
+                    storage = filling < requests.count
+                        ? CachedBlock.allocateStorage(byteCount: requests[filling].length)
+                        : UnsafeMutableRawBufferPointer(start: nil, count: 0)
                 }
-                received += chunk.count
                 return true
             }
         } catch {
             failure = error
         }
-        var cause: String?
-        if let failure {
-            cause = "\(failure)"
-        } else if received != length {
-            cause = "the server sent \(received) of \(length) bytes"
-        }
-        guard let cause else { return storage }
+        guard filling < requests.count else { return nil }
         CachedBlock.releaseStorage(storage)
-        // Logged by `block(_:)` for readers; background read-ahead failures only at debug level.
-        log.debug("download of \(request.path) block \(request.key.index) failed: \(cause)")
+        if let failure { return "\(failure)" }
+        let expected = Int(last.range.upperBound - first.range.lowerBound)
+        let got = Int(requests[filling].range.lowerBound - first.range.lowerBound) + received
+        return "the server sent \(got) of \(expected) bytes"
+    }
+
+    /// Notes why these blocks could not be fetched, for every reader that shared the fetch
+    /// (`block(_:)` logs it for them; a read-ahead failure alone is only a debug line).
+    private func recordFailure(of requests: [BlockRequest], _ cause: String) {
+        guard let first = requests.first, let last = requests.last else { return }
+        let blocks = first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index)...\(last.key.index)"
+        log.debug("download of \(first.path) \(blocks) failed: \(cause)")
         failures.withLock { causes in
             if causes.count > 256 { causes.removeAll() }
-            causes[request.key] = cause
+            for request in requests { causes[request.key] = cause }
         }
-        throw .io
     }
 
     /// Hands the block to the disk writer, unless more than `diskWriteQueueBytes` already wait:

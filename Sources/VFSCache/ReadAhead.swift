@@ -1,13 +1,18 @@
 /// `ReadAhead`: per-open-handle sequential-read detection. While reads follow each other, the
 /// window of bytes fetched ahead of the reader starts at two blocks and doubles with every read,
 /// up to a maximum; a seek resets it. The caller turns the returned byte range into parallel
-/// block fetches. Pure logic, no I/O.
+/// block fetches, a span of blocks per download. Pure logic, no I/O.
 struct ReadAhead {
     struct Policy {
         var blockSize: Int
         /// Sequential bytes read before read-ahead starts.
         var threshold: Int
         var maxWindow: Int
+        /// Read-ahead downloads whole spans of this many bytes in one request (0 or `blockSize`:
+        /// block by block). Once the window is at its largest, the range ends on a span boundary
+        /// (or the file's end), so each span is asked for once, whole.
+        var spanBytes: Int = 0
+        var fileSize: UInt64 = .max
     }
 
     /// Where the next sequential read should start.
@@ -42,8 +47,14 @@ struct ReadAhead {
         }
         guard sequentialBytes >= UInt64(policy.threshold), policy.maxWindow > 0 else { return nil }
         window = window == 0 ? min(2 * policy.blockSize, policy.maxWindow) : min(2 * window, policy.maxWindow)
-        let target = end + UInt64(window)
+        var target = end + UInt64(window)
         let start = max(scheduledEnd, end)
+        if policy.spanBytes > policy.blockSize, target < policy.fileSize {
+            let span = UInt64(policy.spanBytes)
+            let aligned = target / span * span
+            // While the window still grows, a partial span now beats waiting for a whole one.
+            if aligned > start || window >= policy.maxWindow { target = aligned }
+        }
         guard target > start else { return nil }
         scheduledEnd = target
         return start..<target

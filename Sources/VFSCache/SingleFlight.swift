@@ -7,7 +7,7 @@ import Foundation
 final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: @unchecked Sendable {
     // @unchecked: `flights` is only touched with `lock` held; a Flight's `result` only with its
     // `done` condition locked.
-    private final class Flight: @unchecked Sendable {
+    fileprivate final class Flight: @unchecked Sendable {
         let done = NSCondition()
         var result: Result<Value, Errno>?
     }
@@ -26,20 +26,7 @@ final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         let flight = Flight()
         flights[key] = flight
         lock.unlock()
-        return try execute(key, flight, work)
-    }
-
-    /// Runs `work` only if nothing is under way for `key`; returns false without waiting otherwise.
-    /// For background prefetches, which must not park a worker thread behind another fetch.
-    @discardableResult
-    func runIfIdle(_ key: Key, _ work: () throws(Errno) -> Value) -> Bool {
-        lock.lock()
-        guard flights[key] == nil else { lock.unlock(); return false }
-        let flight = Flight()
-        flights[key] = flight
-        lock.unlock()
-        _ = try? execute(key, flight, work)
-        return true
+        return try execute(Claim(key: key, flight: flight), work)
     }
 
     func isRunning(_ key: Key) -> Bool {
@@ -47,16 +34,39 @@ final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         return flights[key] != nil
     }
 
-    private func execute(_ key: Key, _ flight: Flight, _ work: () throws(Errno) -> Value) throws(Errno) -> Value {
+    /// A run registered with `claim` and ended with `finish`: for work that serves several keys
+    /// at once (one download for a span of blocks), finishing each key as its value is ready.
+    struct Claim: @unchecked Sendable {
+        let key: Key
+        fileprivate let flight: Flight
+    }
+
+    /// Registers a run for `key` if nothing is under way for it (nil otherwise: background work
+    /// must not park a thread behind another fetch). Callers that ask for the key meanwhile wait
+    /// for `finish`, which the claimer must call exactly once.
+    func claim(_ key: Key) -> Claim? {
+        lock.lock(); defer { lock.unlock() }
+        guard flights[key] == nil else { return nil }
+        let flight = Flight()
+        flights[key] = flight
+        return Claim(key: key, flight: flight)
+    }
+
+    /// Ends a claimed run, handing `result` to everyone waiting for it.
+    func finish(_ claim: Claim, _ result: Result<Value, Errno>) {
+        lock.lock()
+        flights[claim.key] = nil
+        lock.unlock()
+        claim.flight.done.lock()
+        claim.flight.result = result
+        claim.flight.done.broadcast()
+        claim.flight.done.unlock()
+    }
+
+    private func execute(_ claim: Claim, _ work: () throws(Errno) -> Value) throws(Errno) -> Value {
         let result: Result<Value, Errno>
         do throws(Errno) { result = .success(try work()) } catch { result = .failure(error) }
-        lock.lock()
-        flights[key] = nil
-        lock.unlock()
-        flight.done.lock()
-        flight.result = result
-        flight.done.broadcast()
-        flight.done.unlock()
+        finish(claim, result)
         return try result.get()
     }
 

@@ -202,10 +202,8 @@ extension VFS {
         let last = (count - 1) / blockSize
         let window: UInt64 = 8
         for index in 0...last {
-            if index % window == 0 {
-                for ahead in (index + 1)...min(index + window, last + 1) where ahead <= last {
-                    blocks.prefetch(reader.blockRequest(ahead, blockSize: config.blockSize))
-                }
+            if index % window == 0, index < last {
+                blocks.prefetch(((index + 1)...min(index + window, last)).map { reader.blockRequest($0, blockSize: config.blockSize) })
             }
             let block = try blocks.block(reader.blockRequest(index, blockSize: config.blockSize))
             let start = index * blockSize

@@ -253,7 +253,8 @@ public final class VFS: FilesystemOperations, Sendable {
         let lastBlock = (end - 1) / blockSize
 
         // Read-ahead first, so its downloads overlap with this read's own.
-        let policy = ReadAhead.Policy(blockSize: config.blockSize, threshold: config.prefetchThreshold, maxWindow: config.readAheadMaxBytes)
+        let policy = ReadAhead.Policy(blockSize: config.blockSize, threshold: config.prefetchThreshold, maxWindow: config.readAheadMaxBytes,
+                                      spanBytes: config.readAheadSpanBlocks * config.blockSize, fileSize: file.size)
         let observed = file.observe(offset: offset, length: Int(end - offset), policy: policy)
         if let expected = observed.seekFrom {
             logger.debug("read of \(file.path): seek to \(offset) (sequential would be \(expected)), read-ahead reset")
@@ -262,7 +263,7 @@ public final class VFS: FilesystemOperations, Sendable {
             let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
             let to = (min(ahead.upperBound, file.size) - 1) / blockSize
             if from <= to {
-                for index in from...to { blocks.prefetch(file.blockRequest(index, blockSize: config.blockSize)) }
+                blocks.prefetch((from...to).map { file.blockRequest($0, blockSize: config.blockSize) })
             }
         }
 

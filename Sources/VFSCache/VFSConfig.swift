@@ -50,6 +50,9 @@ public struct VFSConfig: Sendable {
     public var readAheadMaxBytes: Int = 128 << 20
     /// Threads (and so parallel ranged downloads) used for read-ahead.
     public var readAheadParallelism: Int = 16
+    /// Read-ahead fetches up to this many consecutive blocks (aligned groups) with one ranged
+    /// download instead of one request per block.
+    public var readAheadSpanBlocks: Int = 4
     /// Sequential bytes a handle must read before read-ahead starts (a read at offset 0 counts).
     public var prefetchThreshold: Int = 256 << 10
     /// Check whole-file sequential reads against Dropbox's content_hash.

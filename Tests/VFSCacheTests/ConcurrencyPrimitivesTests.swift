@@ -48,6 +48,38 @@ import Testing
         #expect(runs.load(ordering: .relaxed) == 1)
         // Once finished, the next call runs again.
         #expect(try flights.run(7) { () throws(Errno) -> Int in 1 } == 1)
-        #expect(flights.runIfIdle(7) { () throws(Errno) -> Int in 2 })
+    }
+
+    /// A claimed key (read-ahead's span of blocks) is finished later, by the claimer: callers
+    /// meanwhile wait for that value, and nobody else can claim or run the key until then.
+    @Test func aClaimedKeyIsFinishedByItsClaimerForEveryoneWaiting() throws {
+        let flights = SingleFlight<Int, Int>()
+        let claim = try #require(flights.claim(5))
+        #expect(flights.claim(5) == nil)
+        #expect(flights.isRunning(5))
+        let waited = Mutex<Int?>(nil)
+        let thread = Thread {
+            let value = try? flights.run(5) { () throws(Errno) -> Int in -1 }   // joins, never runs
+            waited.withLock { $0 = value }
+        }
+        thread.start()
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(waited.withLock { $0 } == nil)
+        flights.finish(claim, .success(9))
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while waited.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(waited.withLock { $0 } == 9)
+        #expect(!flights.isRunning(5))
+        // A failed claim hands its error to a joiner the same way.
+        let failing = try #require(flights.claim(6))
+        let failed = Mutex<Errno?>(nil)
+        let joiner = Thread {
+            do throws(Errno) { _ = try flights.run(6) { () throws(Errno) -> Int in 0 } } catch { failed.withLock { $0 = error } }
+        }
+        joiner.start()
+        Thread.sleep(forTimeInterval: 0.1)
+        flights.finish(failing, .failure(.io))
+        while failed.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(failed.withLock { $0 } == .io)
     }
 }

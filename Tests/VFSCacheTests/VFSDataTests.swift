@@ -113,7 +113,7 @@ import Testing
         do {
             let vfs = try makeVFS(remote) { $0.cacheDirectory = directory }
             #expect(try vfs.readAll(try vfs.resolve("/f")) == second)
-            #expect(remote.calls("download") == 4)
+            #expect(remote.downloadedBytes == 200_000)
             vfs.shutdown()
         }
     }
@@ -305,7 +305,9 @@ import Testing
         inner.externalWrite("/seq", data)
         inner.externalWrite("/random", testBytes(32 * blockSize, seed: 7))
         let remote = ObservedRemote(inner, downloadDelay: 0.02)
-        let vfs = try makeVFS(remote) { $0.readAheadMaxBytes = 8 * blockSize; $0.readAheadParallelism = 4 }
+        let vfs = try makeVFS(remote) {
+            $0.readAheadMaxBytes = 8 * blockSize; $0.readAheadParallelism = 4; $0.readAheadSpanBlocks = 1
+        }
         let file = try vfs.resolve("/seq")
         #expect(try vfs.readAll(file, chunk: 32 << 10) == data)
         vfs.waitUntilIdle()
@@ -322,6 +324,63 @@ import Testing
         vfs.release(random, handle: reply.handle)
         vfs.waitUntilIdle()
         #expect(remote.downloadedRanges.map { Int($0.lowerBound) / blockSize }.sorted() == [3, 6, 11, 20, 27, 30])
+    }
+
+    /// Read-ahead asks for whole aligned spans of blocks, one download each, and every byte
+    /// still arrives once, right, with several spans in flight.
+    @Test func readAheadDownloadsWholeSpansOfBlocksInOneRequestEach() throws {
+        let inner = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(64 * blockSize + 1000)   // 65 blocks, the last one short
+        inner.externalWrite("/seq", data)
+        let remote = ObservedRemote(inner, downloadDelay: 0.02)
+        let vfs = try makeVFS(remote) {
+            $0.readAheadMaxBytes = 16 * blockSize; $0.readAheadParallelism = 4; $0.readAheadSpanBlocks = 4
+        }
+        let file = try vfs.resolve("/seq")
+        #expect(try vfs.readAll(file, chunk: 32 << 10) == data)
+        vfs.waitUntilIdle()
+        let ranges = remote.downloadedRanges.sorted { $0.lowerBound < $1.lowerBound }
+        // Each byte once, in ranges that tile the file.
+        #expect(ranges.first?.lowerBound == 0 && ranges.last?.upperBound == UInt64(data.count))
+        #expect(zip(ranges, ranges.dropFirst()).allSatisfy { $0.upperBound == $1.lowerBound })
+        // Once the window is full, spans are whole and aligned: 4 blocks, starting on a multiple of 4.
+        let span = UInt64(4 * blockSize)
+        let whole = ranges.filter { $0.count == Int(span) && $0.lowerBound % span == 0 }
+        #expect(whole.count >= 12)
+        #expect(ranges.count <= 24)   // against 65 block by block
+        #expect(remote.maxConcurrentDownloads >= 2)
+    }
+
+    /// A span's download that breaks off keeps the blocks that arrived whole; the blocks after
+    /// the break fail like a failed block fetch, and a later read downloads only those.
+    @Test func aSpanCutShortKeepsItsWholeBlocksAndFetchesOnlyTheRest() throws {
+        let inner = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(8 * blockSize)
+        let entry = inner.externalWrite("/f", data)
+        let remote = FailingRemote(inner)
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log) { $0.readAheadSpanBlocks = 4 }
+        let file = try vfs.resolve("/f")
+        func request(_ index: UInt64) -> BlockRequest {
+            BlockRequest(key: BlockKey(fileID: entry.id, rev: entry.rev!, index: index), path: "/f",
+                         range: index * UInt64(blockSize)..<(index + 1) * UInt64(blockSize))
+        }
+        remote.cutDownloadsAfter.withLock { $0 = 2 * blockSize + 100 }
+        vfs.blocks.prefetch((4..<8).map(request))   // one span: blocks 4...7
+        vfs.waitUntilIdle()
+        #expect(inner.calls("download") == 1)
+        for index in 4..<6 {
+            #expect(vfs.blocks.memory.get(request(UInt64(index)).key)?.bytes == Array(data[(index * blockSize)..<((index + 1) * blockSize)]))
+        }
+        #expect(vfs.blocks.memory.get(request(6).key) == nil)
+        #expect(vfs.blocks.memory.get(request(7).key) == nil)
+        #expect(log.contains("blocks 6...7 failed: "))
+        remote.cutDownloadsAfter.withLock { $0 = nil }
+        inner.resetCounts()
+        #expect(try vfs.readAll(file) == data)
+        #expect(inner.downloadedBytes == 6 * blockSize)   // blocks 0...3 and 6...7
     }
 
     @Test func readAheadWindowGrowsWhileSequentialAndResetsOnSeek() {
@@ -343,6 +402,22 @@ import Testing
         let patient = ReadAhead.Policy(blockSize: 100, threshold: 120, maxWindow: 800)
         #expect(lazy.observe(offset: 0, length: 60, policy: patient) == nil)
         #expect(lazy.observe(offset: 60, length: 60, policy: patient) == 120..<320)
+    }
+
+    /// With spans, a full window is topped up a whole aligned span at a time (one download
+    /// each); while the window still grows, and at the file's end, partial spans are fine.
+    @Test func readAheadWithSpansAsksForWholeAlignedSpans() {
+        var readAhead = ReadAhead()
+        let policy = ReadAhead.Policy(blockSize: 100, threshold: 0, maxWindow: 800, spanBytes: 400, fileSize: 1300)
+        #expect(readAhead.observe(offset: 0, length: 50, policy: policy) == 50..<250)      // growing
+        #expect(readAhead.observe(offset: 50, length: 50, policy: policy) == 250..<400)
+        #expect(readAhead.observe(offset: 100, length: 50, policy: policy) == 400..<800)
+        for offset in stride(from: 150, to: 350, by: 50) {                               // full: wait
+            #expect(readAhead.observe(offset: UInt64(offset), length: 50, policy: policy) == nil)
+        }
+        #expect(readAhead.observe(offset: 350, length: 50, policy: policy) == 800..<1200)
+        #expect(readAhead.observe(offset: 400, length: 50, policy: policy) == nil)
+        #expect(readAhead.observe(offset: 450, length: 50, policy: policy) == 1200..<1300)  // the end
     }
 
     /// 64 KiB blocks hash the returned bytes on the reader's side; 4 MiB blocks carry the piece
@@ -386,7 +461,7 @@ import Testing
         // flight from the failed pass must not bring any of them back.)
         vfs.waitUntilIdle()
         #expect(try vfs.readAll(file) == data)
-        #expect(remote.calls("download") == 3)
+        #expect(remote.downloadedBytes == data.count)
         #expect(log.contains("content hash verified"))
         vfs.shutdown()
     }

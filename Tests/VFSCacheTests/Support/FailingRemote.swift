@@ -52,8 +52,27 @@ final class FailingRemote: RemoteStore, Sendable {
     func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) {
         try check("longpoll", ""); return try inner.longpoll(cursor: cursor, timeout: timeout)
     }
+    /// Downloads of more than this many bytes deliver that many, then fail as a reset connection
+    /// would (nil: downloads pass whole).
+    let cutDownloadsAfter = Mutex<Int?>(nil)
+
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
-        try check("download", path); try inner.download(path: path, rev: rev, range: range, sink: sink)
+        try check("download", path)
+        guard let limit = cutDownloadsAfter.withLock({ $0 }), let range, range.count > limit else {
+            return try inner.download(path: path, rev: rev, range: range, sink: sink)
+        }
+        var sent = 0
+        do throws(RemoteError) {
+            try inner.download(path: path, rev: rev, range: range) { chunk in
+                let count = min(chunk.count, limit - sent)
+                guard count > 0, sink(UnsafeRawBufferPointer(rebasing: chunk[..<count])) else { return false }
+                sent += count
+                return sent < limit
+            }
+        } catch {
+            guard sent == limit else { throw error }
+        }
+        throw .unavailable("connection reset after \(limit) bytes")
     }
     func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
         try check("upload", commit.path); return try inner.upload(file: file, length: length, commit: commit, progress: progress)

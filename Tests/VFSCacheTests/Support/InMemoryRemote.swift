@@ -46,7 +46,9 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
     /// "download", "upload", "startSession", "appendSession", "finishBatch", "createFolder",
     /// "delete", "move", "copy", "latestCursor", "longpoll", "spaceUsage").
     func calls(_ name: String) -> Int { lock.lock(); defer { lock.unlock() }; return counts[name] ?? 0 }
-    func resetCounts() { lock.lock(); counts = [:]; lock.unlock() }
+    func resetCounts() { lock.lock(); counts = [:]; downloadedBytes = 0; lock.unlock() }
+    /// Bytes handed out by `download` since the last `resetCounts`.
+    private(set) var downloadedBytes = 0
 
     /// Writes a file as another device would (overwrite, implicit parents).
     @discardableResult
@@ -136,6 +138,7 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
         if let rev, rev != node.rev { throw .notFound("\(path) at rev \(rev)") }
         let lower = Int(min(range?.lowerBound ?? 0, UInt64(node.data.count)))
         let upper = Int(min(range?.upperBound ?? UInt64(node.data.count), UInt64(node.data.count)))
+        lock.lock(); downloadedBytes += upper - lower; lock.unlock()
         let ok = node.data[lower..<upper].withUnsafeBytes { sink($0) }
         if !ok { throw .cancelled }
     }
