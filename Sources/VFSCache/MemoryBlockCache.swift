@@ -36,6 +36,13 @@ final class MemoryBlockCache: @unchecked Sendable {
         }
     }
 
+    /// Drops one block (a sequential reader has gone past it).
+    func remove(_ key: BlockKey) {
+        lock.lock(); defer { lock.unlock() }
+        guard blocks.removeValue(forKey: key) != nil else { return }
+        order.remove(key)
+    }
+
     /// Drops every block of one revision of a file.
     func purge(fileID: String, rev: String) {
         lock.lock(); defer { lock.unlock() }

@@ -31,13 +31,14 @@ final class OpenFile: @unchecked Sendable {
         }
     }
 
-    /// The byte range to fetch ahead after this read, and where a sequential read was expected
-    /// when this one is a seek (nil otherwise).
-    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy) -> (ahead: Range<UInt64>?, seekFrom: UInt64?) {
+    /// The byte range to fetch ahead after this read, where a sequential read was expected when
+    /// this one is a seek (nil otherwise), and whether the handle is streaming (reading ahead).
+    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy)
+        -> (ahead: Range<UInt64>?, seekFrom: UInt64?, streaming: Bool) {
         lock.lock(); defer { lock.unlock() }
         let expected = readAhead.expectedOffset
         let ahead = readAhead.observe(offset: offset, length: length, policy: policy)
-        return (ahead, readAhead.lastWasSeek ? expected : nil)
+        return (ahead, readAhead.lastWasSeek ? expected : nil, readAhead.window > 0)
     }
 
     /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the

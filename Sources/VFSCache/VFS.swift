@@ -259,6 +259,13 @@ public final class VFS: FilesystemOperations, Sendable {
         if let expected = observed.seekFrom {
             logger.debug("read of \(file.path): seek to \(offset) (sequential would be \(expected)), read-ahead reset")
         }
+        // Drop-behind: a streaming reader is done with the block two before this read (the
+        // kernel's own read-ahead may still ask for the one just before). Its bytes are in the
+        // kernel's page cache and on disk; keeping it would hold the memory cache full, and the
+        // daemon's memory high, long after a big file was read through.
+        if observed.streaming, firstBlock >= 2 {
+            blocks.memory.remove(file.blockRequest(firstBlock - 2, blockSize: config.blockSize).key)
+        }
         if let ahead = observed.ahead, ahead.lowerBound < file.size {
             let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
             let to = (min(ahead.upperBound, file.size) - 1) / blockSize

@@ -326,6 +326,31 @@ import Testing
         #expect(remote.downloadedRanges.map { Int($0.lowerBound) / blockSize }.sorted() == [3, 6, 11, 20, 27, 30])
     }
 
+    /// A streaming reader's blocks leave the memory cache once it is two blocks past them (the
+    /// bytes are in the kernel's page cache and on disk), so reading a big file through does not
+    /// leave the cache, and the daemon's memory, full. A random reader's blocks stay.
+    @Test func aStreamingReaderDropsTheBlocksItHasPassed() throws {
+        let remote = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(32 * blockSize)
+        remote.externalWrite("/seq", data)
+        remote.externalWrite("/random", testBytes(32 * blockSize, seed: 3))
+        let vfs = try makeVFS(remote) { $0.memoryCacheBytes = 64 * blockSize; $0.readAheadMaxBytes = 4 * blockSize }
+        defer { vfs.shutdown() }
+        #expect(try vfs.readAll(try vfs.resolve("/seq"), chunk: 32 << 10) == data)
+        vfs.waitUntilIdle()
+        #expect(vfs.cacheUsage().memoryBlocks <= 3)   // not 32: only the last blocks are left
+
+        let random = try vfs.resolve("/random")
+        let reply = try vfs.open(random, flags: .read)
+        defer { vfs.release(random, handle: reply.handle) }
+        let before = vfs.cacheUsage().memoryBlocks
+        for block in [20, 3, 27, 11] {
+            _ = try vfs.read(random, handle: reply.handle, offset: UInt64(block * blockSize + 100), size: 4096)
+        }
+        #expect(vfs.cacheUsage().memoryBlocks == before + 4)
+    }
+
     /// Read-ahead asks for whole aligned spans of blocks, one download each, and every byte
     /// still arrives once, right, with several spans in flight.
     @Test func readAheadDownloadsWholeSpansOfBlocksInOneRequestEach() throws {
