@@ -101,9 +101,8 @@ final class BlockStore: @unchecked Sendable {
     /// request. Read-ahead only serves sequential readers, whose reads get checked: the blocks'
     /// digests are computed here, on the read-ahead threads.
     private func fetchSpan(_ requests: [BlockRequest], epoch: Int) {
-        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
         // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
-        guard current() else { return }
+        guard isCurrent(epoch) else { return }
         var run: [(request: BlockRequest, claim: Claim)] = []
         for request in requests {
             guard let claim = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
@@ -111,16 +110,11 @@ final class BlockStore: @unchecked Sendable {
                 run = []
                 continue
             }
-            if let block = memory.get(request.key) {
-                flights.finish(claim, .success(block))
-            } else if let disk, let storage = disk.read(request.key, length: request.length) {
-                let block = CachedBlock(adopting: storage, computeDigests: usesPieceDigests)
-                if current() { memory.put(request.key, block) }
-                flights.finish(claim, .success(block))
-            } else {
+            guard let block = cached(request, computeDigests: usesPieceDigests, epoch: epoch) else {
                 run.append((request, claim))
                 continue
             }
+            flights.finish(claim, .success(block))
             download(run, epoch: epoch)
             run = []
         }
@@ -131,14 +125,10 @@ final class BlockStore: @unchecked Sendable {
     /// its waiting readers as soon as its last byte arrives; if the download breaks off, the
     /// blocks not finished fail with the cause, as a single block's fetch would.
     private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int) {
-        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
         var finished = 0
         let cause = downloadBlocks(run.map(\.request), computeDigests: usesPieceDigests) { position, block in
             let (request, claim) = run[position]
-            if current() {
-                memory.put(request.key, block)
-                scheduleDiskWrite(request.key, block)
-            }
+            keepDownloaded(request.key, block, epoch: epoch)
             flights.finish(claim, .success(block))
             finished = position + 1
         }
@@ -166,7 +156,7 @@ final class BlockStore: @unchecked Sendable {
                 if let block = memory.get(key), block.count == length { return block }
                 return disk.read(key, length: length).map { CachedBlock(adopting: $0, computeDigests: false) }
             }
-            if kept && purgeEpoch.load(ordering: .acquiring) != epoch { disk.purge(fileID: fileID, rev: rev) }
+            if kept && !isCurrent(epoch) { disk.purge(fileID: fileID, rev: rev) }
             log.debug("disk cache: \(path) (rev \(rev)) \(kept ? "kept whole" : "not kept whole (blocks missing or over budget)")")
         }
         if !submitted { _ = assembling.withLock { $0.remove(whole) } }
@@ -195,23 +185,36 @@ final class BlockStore: @unchecked Sendable {
 
     /// A reader's fetch: memory, else the disk cache, else one ranged download of the block.
     private func load(_ request: BlockRequest, epoch: Int) throws(Errno) -> CachedBlock {
-        let current = { self.purgeEpoch.load(ordering: .acquiring) == epoch }
-        if let block = memory.get(request.key) { return block }   // fetched while we queued
-        if let disk, let storage = disk.read(request.key, length: request.length) {
-            let block = CachedBlock(adopting: storage, computeDigests: false)
-            if current() { memory.put(request.key, block) }
-            return block
-        }
+        if let block = cached(request, computeDigests: false, epoch: epoch) { return block }
         var fetched: CachedBlock?
         if let cause = downloadBlocks([request], computeDigests: false, ready: { _, block in fetched = block }) {
             recordFailure(of: [request], cause)
         }
         guard let block = fetched else { throw .io }
-        if current() {
-            memory.put(request.key, block)
-            scheduleDiskWrite(request.key, block)
-        }
+        keepDownloaded(request.key, block, epoch: epoch)
         return block
+    }
+
+    /// Whether no purge has happened since `epoch`: only then may a fetch put what it read into
+    /// the caches.
+    private func isCurrent(_ epoch: Int) -> Bool { purgeEpoch.load(ordering: .acquiring) == epoch }
+
+    /// The block from memory (fetched while we queued), else from the disk cache (then kept in
+    /// memory too); nil if neither has it.
+    private func cached(_ request: BlockRequest, computeDigests: Bool, epoch: Int) -> CachedBlock? {
+        if let block = memory.get(request.key) { return block }
+        guard let disk, let storage = disk.read(request.key, length: request.length) else { return nil }
+        let block = CachedBlock(adopting: storage, computeDigests: computeDigests)
+        if isCurrent(epoch) { memory.put(request.key, block) }
+        return block
+    }
+
+    /// Puts a downloaded block in memory and hands it to the disk writer, unless a purge came
+    /// since the fetch began.
+    private func keepDownloaded(_ key: BlockKey, _ block: CachedBlock, epoch: Int) {
+        guard isCurrent(epoch) else { return }
+        memory.put(key, block)
+        scheduleDiskWrite(key, block)
     }
 
     /// Downloads consecutive blocks of one file with one ranged request, straight into each
