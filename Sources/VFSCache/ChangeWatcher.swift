@@ -2,7 +2,9 @@
 /// for the whole tree under the mount root, long-polls on it, reads the changes (all pages),
 /// applies them to the metadata cache, drops cached blocks of revs that changed, tells the
 /// kernel what to forget (through a `CacheInvalidationSink`, from this thread, never from a FUSE
-/// request), and saves each batch with its cursor in the `MetadataStore`.
+/// request), and saves each batch with its cursor in the `MetadataStore`: every change of the
+/// batch, also those the in-memory tree sets aside (pending local writes, our own echoes), so the
+/// saved tree is Dropbox as of the saved cursor (the store's invariant).
 ///
 /// Where the cursor comes from, in order: a tree loaded from the store (the delta since its
 /// saved cursor is applied first, one call); the tree's own recursive listing (made at once if
@@ -178,9 +180,15 @@ public final class ChangeWatcher: Sendable {
             }
         }
         let cursor: String
-        if metadata.holdsWholeTree, let treeCursor = metadata.treeCursor {
+        if metadata.holdsWholeTree, let listing = metadata.takeListing() {
+            // Follow the feed from the listing's own cursor, so the listing saved with it is
+            // exactly Dropbox at that cursor (the tree may already hold our own later changes:
+            // replaying them from the feed is harmless).
+            cursor = listing.cursor
+            persistSnapshot(listing.entries, cursor: listing.cursor)
+        } else if metadata.holdsWholeTree, let treeCursor = metadata.treeCursor {
+            // No listing to save with this cursor: nothing is saved until the next relist.
             cursor = treeCursor
-            persistSnapshot()
         } else {
             cursor = try remote.latestCursor(path: "", recursive: true)
         }
@@ -193,9 +201,11 @@ public final class ChangeWatcher: Sendable {
         var next = cursor
         do throws(RemoteError) {
             while true {
+                let stamp = vfs.metadata.fetchStamp()
                 let page = try remote.listFolderContinue(cursor: next)
                 if stopping { return }
-                apply(page.changes, cursor: page.cursor)
+                // Overlapped more of the mount's own changes than it can sort out: ask again.
+                guard apply(page.changes, from: next, cursor: page.cursor, since: stamp) else { continue }
                 next = page.cursor
                 if !page.hasMore { return }
             }
@@ -204,17 +214,14 @@ public final class ChangeWatcher: Sendable {
         }
     }
 
-    private func apply(_ changes: [RemoteChange], cursor: String) {
+    /// Applies and saves one batch; false if it must be fetched again.
+    private func apply(_ changes: [RemoteChange], from previous: String, cursor: String, since stamp: LocalChangeLog.Stamp) -> Bool {
         applying.withLock { _ in
-            guard !stopping else { return }
-            let result = vfs.metadata.applyFeed(changes, cursor: cursor)
+            guard !stopping else { return true }
+            guard let result = vfs.metadata.applyFeed(changes, cursor: cursor, since: stamp) else { return false }
             for stale in result.staleRevs { vfs.blocks.purge(fileID: stale.fileID, rev: stale.rev) }
             if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
-            if let store, vfs.metadata.holdsWholeTree {
-                do { try store.apply(result.applied, cursor: cursor) } catch {
-                    log.warning("saving metadata changes failed: \(error)")
-                }
-            }
+            save(changes, from: previous, to: cursor)
             state.withLock { state in
                 state.cursor = cursor
                 state.statistics.batches += 1
@@ -224,6 +231,7 @@ public final class ChangeWatcher: Sendable {
             if !changes.isEmpty {
                 log.debug("applied \(result.applied.count) of \(changes.count) remote changes, \(result.invalidations.count) kernel invalidations")
             }
+            return true
         }
     }
 
@@ -234,14 +242,14 @@ public final class ChangeWatcher: Sendable {
         state.withLock { $0.statistics.relists += 1 }
         let metadata = vfs.metadata
         if metadata.holdsWholeTree {
-            let (result, cursor) = try metadata.relistTree()
+            let (result, listing, cursor) = try metadata.relistTree()
             applying.withLock { _ in
                 guard !stopping else { return }
                 for stale in result.staleRevs { vfs.blocks.purge(fileID: stale.fileID, rev: stale.rev) }
                 if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
                 state.withLock { $0.cursor = cursor; $0.statistics.invalidations += result.invalidations.count }
             }
-            persistSnapshot()
+            persistSnapshot(listing, cursor: cursor)
         } else {
             let cursor = try remote.latestCursor(path: "", recursive: true)
             applying.withLock { _ in
@@ -254,20 +262,37 @@ public final class ChangeWatcher: Sendable {
         }
     }
 
-    /// Saves the whole held tree with its cursor (first connection, after a relist).
-    private func persistSnapshot() {
+    /// Saves a complete recursive listing with the cursor it ended with (first connection, after
+    /// a relist).
+    private func persistSnapshot(_ entries: [RemoteEntry], cursor: String) {
         guard let store else { return }
         applying.withLock { _ in
             guard !stopping else { return }
-            let (entries, cursor) = vfs.metadata.exportTree()
-            guard let cursor else { return }
             do {
-                if try store.cursor() == cursor { return }
                 try store.replaceAll(entries, cursor: cursor)
                 log.debug("saved \(entries.count) entries of metadata")
             } catch {
                 log.warning("saving the metadata tree failed: \(error)")
             }
+        }
+    }
+
+    /// Saves one feed batch with its cursor (`applying` held). A batch that does not continue the
+    /// saved cursor, or a failed write, makes the store forget its tree: a later mount then lists
+    /// afresh rather than trust a tree that misses changes.
+    private func save(_ changes: [RemoteChange], from previous: String, to cursor: String) {
+        guard let store else { return }
+        do {
+            try store.apply(changes, from: previous, to: cursor)
+        } catch is MetadataStore.CursorMismatch {
+            // Nothing saved (a tree too big to hold, or a listing that could not be saved): fine.
+            if (try? store.cursor()) != nil {
+                log.warning("the saved metadata does not continue from this change batch; forgetting it")
+                try? store.clear()
+            }
+        } catch {
+            log.warning("saving metadata changes failed: \(error); forgetting the saved tree")
+            try? store.clear()
         }
     }
 

@@ -141,18 +141,35 @@ struct InodeTable {
         }
     }
 
-    /// Detaches the server-mirroring children of `parent` not confirmed by `generation`.
-    mutating func sweepChildren(of parent: InodeNumber, olderThan generation: UInt64) {
+    /// Detaches the server-mirroring children of `parent` not confirmed by `generation`, except
+    /// `sparing` (what the mount changed itself since the listing started).
+    mutating func sweepChildren(of parent: InodeNumber, olderThan generation: UInt64, sparing: Set<InodeNumber> = []) {
         guard let children = nodes[parent]?.children else { return }
-        for ino in children.values {
+        for ino in children.values where !sparing.contains(ino) {
             if let node = nodes[ino], node.generation < generation, node.local == .remote { detach(ino) }
         }
     }
 
-    /// Detaches every server-mirroring node in the tree not confirmed by `generation`.
-    mutating func sweepAll(olderThan generation: UInt64) {
-        let stale = nodes.values.filter { $0.ino != rootInode && $0.isAttached && $0.generation < generation && $0.local == .remote }
+    /// Detaches every server-mirroring node in the tree not confirmed by `generation`, except `sparing`.
+    mutating func sweepAll(olderThan generation: UInt64, sparing: Set<InodeNumber> = []) {
+        let stale = nodes.values.filter {
+            $0.ino != rootInode && $0.isAttached && $0.generation < generation && $0.local == .remote && !sparing.contains($0.ino)
+        }
         for node in stale { detach(node.ino) }
+    }
+
+    /// The nodes at or under the changed paths that exist now (what a sweep must spare).
+    func subtrees(_ changed: ChangedPaths) -> Set<InodeNumber> {
+        var result = Set<InodeNumber>()
+        for key in changed.keys {
+            guard let ino = resolve(path: key) else { continue }
+            var stack = [ino]
+            while let current = stack.popLast() {
+                result.insert(current)
+                stack.append(contentsOf: nodes[current]?.children.values.map { $0 } ?? [])
+            }
+        }
+        return result
     }
 
     /// When the folder alone was last listed completely (nil: never).

@@ -1,12 +1,14 @@
 /// Applying Dropbox's change feed to the metadata tree, for the change watcher: each change says
 /// what the kernel must forget (`KernelInvalidation`) and which cached revs are garbage; a cursor
-/// reset relists the whole tree once; and the tree can be exported and re-imported for the
-/// persistent store (`MetadataStore`).
+/// reset relists the whole tree once; and a tree saved by the persistent store (`MetadataStore`)
+/// can be imported at mount time.
 ///
 /// Rules (docs/VFSCACHE.md, "Change feed and persistence"):
 /// - an upsert with the rev (and size) we already hold is our own echo or a duplicate: no invalidation;
 /// - nodes whose truth is local (`Node.local != .remote`, pending writes) are never overwritten
 ///   or removed by the feed: the write-back engine's conflict rule settles them at commit;
+/// - a batch fetched before one of the mount's own changes skips the paths that change touched
+///   (`LocalChangeLog`): the tree already has their newer state;
 /// - everything runs under `MetadataCache.lock`, like the listings.
 import Foundation
 
@@ -20,15 +22,17 @@ extension MetadataCache {
         var applied: [RemoteChange] = []
     }
 
-    /// Applies one batch of the feed, then records `cursor` as the tree's (when the whole tree is held).
-    func applyFeed(_ changes: [RemoteChange], cursor: String) -> AppliedChanges {
+    /// Applies one batch of the feed, fetched after `stamp`, then records `cursor` as the tree's
+    /// (when the whole tree is held). nil (nothing applied) if the batch overlapped more local
+    /// changes than the log keeps: fetch it again.
+    func applyFeed(_ changes: [RemoteChange], cursor: String, since stamp: LocalChangeLog.Stamp) -> AppliedChanges? {
         let now = clock.now()
-        lock.lock()
-        defer { lock.unlock() }
-        var result = AppliedChanges()
-        for change in changes { applyOne(change, into: &result) }
-        if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
-        return result
+        return applyingFetched(since: stamp) { changed in
+            var result = AppliedChanges()
+            for change in changes where !changed.covers(change) { applyOne(change, into: &result) }
+            if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
+            return result
+        }
     }
 
     private func applyOne(_ change: RemoteChange, into result: inout AppliedChanges) {
@@ -97,9 +101,11 @@ extension MetadataCache {
     }
 
     /// After a cursor reset: one recursive listing replaces the tree (nodes the kernel knows keep
-    /// their inode when unchanged). Returns what changed for the kernel, and the new cursor.
-    func relistTree() throws(RemoteError) -> (AppliedChanges, cursor: String) {
+    /// their inode when unchanged). Returns what changed for the kernel, and the complete listing
+    /// with its cursor (for the persistent store).
+    func relistTree() throws(RemoteError) -> (AppliedChanges, listing: [RemoteEntry], cursor: String) {
         let started = clock.now()
+        let stamp = fetchStamp()
         var changes: [RemoteChange] = []
         var page = try remote.listFolder(path: "", recursive: true, limit: config.listPageSize)
         changes += page.changes
@@ -107,18 +113,26 @@ extension MetadataCache {
             page = try remote.listFolderContinue(cursor: page.cursor)
             changes += page.changes
         }
-        lock.lock()
-        defer { lock.unlock() }
+        let applied = applyingFetched(since: stamp) { changed in
+            applyRelisting(changes, cursor: page.cursor, started: started, changed: changed)
+        }
+        guard let applied else { throw MetadataCache.localChurn }
+        return (applied, changes.upserts, page.cursor)
+    }
+
+    /// The tree after a relisting (lock held): the listing replaces it, except what the mount
+    /// changed itself meanwhile.
+    private func applyRelisting(_ changes: [RemoteChange], cursor: String, started: Double, changed: ChangedPaths) -> AppliedChanges {
         // What the kernel may hold: attached nodes it has a reference to.
         var known: [(ino: InodeNumber, parent: InodeNumber, name: String, rev: String?)] = []
         for (ino, node) in table.nodes where node.lookupCount > 0 && node.isAttached && ino != rootInode {
             known.append((ino, node.parent, node.name, node.file?.rev))
         }
         let generation = table.newGeneration()
-        for change in changes { table.apply(change, generation: generation) }
-        table.sweepAll(olderThan: generation)
+        for change in changes where !changed.covers(change) { table.apply(change, generation: generation) }
+        table.sweepAll(olderThan: generation, sparing: table.subtrees(changed))
         table.setAllListed(at: started)
-        tree = .recursive(cursor: page.cursor, refreshedAt: started)
+        tree = .recursive(cursor: cursor, refreshedAt: started)
 
         var result = AppliedChanges()
         result.applied = changes
@@ -133,7 +147,7 @@ extension MetadataCache {
             }
             if now.isDirectory { result.invalidations.append(.inode(item.ino)) }
         }
-        return (result, page.cursor)
+        return result
     }
 
     /// A per-folder tree after a cursor reset: every folder is relisted on its next access.
@@ -160,37 +174,6 @@ extension MetadataCache {
     }
 
     // MARK: Persistence
-
-    /// Every attached node that mirrors the server, as entries with full paths, parents first.
-    func exportTree() -> (entries: [RemoteEntry], cursor: String?) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard case .recursive(let cursor, _) = tree else { return ([], nil) }
-        var entries: [RemoteEntry] = []
-        entries.reserveCapacity(table.count)
-        // Depth-first from the root, so paths are built once per folder and parents come first.
-        var stack: [(ino: InodeNumber, path: String)] = [(rootInode, "")]
-        while let (ino, path) = stack.popLast() {
-            guard let node = table[ino] else { continue }
-            for childIno in node.children.values {
-                guard let child = table[childIno], child.local == .remote, let id = child.id else { continue }
-                let childPath = path + "/" + child.name
-                entries.append(Self.entry(of: child, id: id, path: childPath))
-                if child.isDirectory { stack.append((childIno, childPath)) }
-            }
-        }
-        return (entries, cursor)
-    }
-
-    static func entry(of node: Node, id: String, path: String) -> RemoteEntry {
-        let kind: RemoteEntry.Kind
-        switch node.kind {
-        case .directory: kind = .folder
-        case .file(let file): kind = .file(size: file.size, rev: file.rev, contentHash: file.contentHash,
-                                           clientModified: file.modified, serverModified: file.modified)
-        }
-        return RemoteEntry(id: id, name: node.name, pathLower: path.lowercased(), pathDisplay: path, kind: kind)
-    }
 
     /// Loads a persisted tree (parents before children) and its cursor. The tree counts as fresh
     /// now: the watcher applies the delta since `cursor` at once, and while it is connected the

@@ -18,7 +18,9 @@
 ///   metadata call confirms that name alone, and its answer is cached for `negativeTTL`.
 ///
 /// Concurrency: one lock (`lock`) guards the table and the tree state, held only for in-memory
-/// work, never across a remote call. Listings of one folder (and the whole-tree listing) run
+/// work, never across a remote call. Everything fetched from Dropbox (listings, feed batches,
+/// metadata answers) is applied through `applyingFetched`, which never lets an answer older than
+/// one of the mount's own changes undo it (`LocalChangeLog`). Listings of one folder (and the whole-tree listing) run
 /// single-flight, so a burst of lookups in a cold folder costs one listing.
 import Foundation
 
@@ -37,12 +39,20 @@ final class MetadataCache: @unchecked Sendable {
     /// Key of the whole-tree listing in `listings` (no folder has inode 0).
     private static let wholeTree: InodeNumber = 0
 
-    let lock = NSLock()
+    /// A condition so that applying a fetched answer can wait for local changes in flight.
+    let lock = NSCondition()
     var table = InodeTable()
+    /// The mount's own changes on Dropbox, so older answers do not undo them.
+    var localChanges = LocalChangeLog()
     var tree: TreeState = .unknown
     /// True while the change watcher is connected and applying the feed: the held tree is then
     /// current (to within the feed's delay), so no TTL refresh is needed.
     var watched = false
+    /// The last complete recursive listing and the cursor it ended with, kept until the change
+    /// watcher saves it (`takeListing`): the one snapshot of Dropbox that matches a cursor
+    /// exactly. The tree itself is no such snapshot: the mount's own operations change it
+    /// before the feed reports them.
+    var completeListing: (entries: [RemoteEntry], cursor: String)?
     private let listings = SingleFlight<InodeNumber, Void>()
 
     let remote: any RemoteStore
@@ -134,6 +144,7 @@ final class MetadataCache: @unchecked Sendable {
     /// One metadata call for one name; its answer is cached (a negative one for `negativeTTL`).
     private func confirm(_ name: String, in parent: InodeNumber, parentPath: String) throws(Errno) -> Node {
         let now = clock.now()
+        let stamp = fetchStamp()
         let entry: RemoteEntry?
         do throws(RemoteError) {
             entry = try remote.metadata(path: parentPath + "/" + name)
@@ -143,15 +154,24 @@ final class MetadataCache: @unchecked Sendable {
             log.warning("lookup of \(parentPath)/\(name) failed, answering from the cached listing: \(error)")
             throw .noEntry
         }
-        return try locked { table throws(Errno) -> Node in
+        let found = try applyingFetched(since: stamp) { changed throws(Errno) -> Node in
+            let key = InodeTable.key(name)
+            // Changed here meanwhile: the tree's answer is the newer one.
+            if changed.covers(parentPath + "/" + name) {
+                guard let ino = table.child(of: parent, key: key) else { throw .noEntry }
+                table.addLookup(ino)
+                return table[ino]!
+            }
             guard let entry else {
-                table.setNegative(InodeTable.key(name), in: parent, at: now)
+                table.setNegative(key, in: parent, at: now)
                 throw .noEntry
             }
             guard let ino = table.upsert(entry, under: parent, generation: 0) else { throw .noEntry }
             table.addLookup(ino)
             return table[ino]!
         }
+        guard let found else { throw .noEntry }
+        return found
     }
 
     func addLookup(_ ino: InodeNumber) { locked { $0.addLookup(ino) } }
@@ -176,9 +196,11 @@ final class MetadataCache: @unchecked Sendable {
         lock.unlock()
 
         if alone, let path {
+            let stamp = fetchStamp()
             do throws(RemoteError) {
                 let entry = try remote.metadata(path: path)
-                locked { table in
+                applyingFetched(since: stamp) { changed in
+                    guard !changed.covers(path), table.path(of: ino) == path else { return }
                     if let entry, entry.isFolder == node.isDirectory, let same = table.upsert(entry, under: node.parent, generation: 0) {
                         table.setConfirmed(same, at: now)
                     } else {
@@ -186,7 +208,9 @@ final class MetadataCache: @unchecked Sendable {
                     }
                 }
             } catch .notFound {
-                locked { $0.detach(ino) }
+                applyingFetched(since: stamp) { changed in
+                    if !changed.covers(path), table.path(of: ino) == path { table.detach(ino) }
+                }
             } catch {
                 log.warning("refreshing \(path) failed, serving cached attributes: \(error)")
             }
@@ -275,11 +299,14 @@ final class MetadataCache: @unchecked Sendable {
     private func prefetchTree() throws(Errno) {
         let started = clock.now()
         let generation = locked { $0.newGeneration() }
+        let stamp = fetchStamp()
         var page: RemoteListPage
+        var listed: [RemoteEntry] = []
         do throws(RemoteError) {
             page = try remote.listFolder(path: "", recursive: true, limit: config.listPageSize)
             var seen = page.changes.count
-            apply(page.changes, generation: generation)
+            try apply(page.changes, generation: generation, since: stamp)
+            listed += page.changes.upserts
             while page.hasMore {
                 if seen >= config.recursivePrefetchMaxEntries {
                     lock.lock(); tree = .perFolder; lock.unlock()
@@ -288,29 +315,41 @@ final class MetadataCache: @unchecked Sendable {
                 }
                 page = try remote.listFolderContinue(cursor: page.cursor)
                 seen += page.changes.count
-                apply(page.changes, generation: generation)
+                try apply(page.changes, generation: generation, since: stamp)
+                listed += page.changes.upserts
             }
             log.debug("prefetched the whole tree: \(seen) entries")
         } catch {
             log.warning("listing the tree failed: \(error)")
             throw Self.listingErrno(error)
         }
-        lock.lock()
-        table.sweepAll(olderThan: generation)
-        table.setAllListed(at: started)
-        tree = .recursive(cursor: page.cursor, refreshedAt: started)
-        lock.unlock()
+        let cursor = page.cursor
+        let done: Void? = applyingFetched(since: stamp) { changed in
+            table.sweepAll(olderThan: generation, sparing: table.subtrees(changed))
+            table.setAllListed(at: started)
+            tree = .recursive(cursor: cursor, refreshedAt: started)
+            completeListing = (listed, cursor)
+        }
+        if done == nil { throw Self.listingErrno(Self.localChurn) }
+    }
+
+    /// The last complete recursive listing with its cursor, once (for the persistent store).
+    func takeListing() -> (entries: [RemoteEntry], cursor: String)? {
+        lock.lock(); defer { lock.unlock() }
+        defer { completeListing = nil }
+        return completeListing
     }
 
     /// Brings the whole tree up to date from the recursive listing's cursor.
     private func refreshTree(from cursor: String) throws(Errno) {
         let started = clock.now()
+        let stamp = fetchStamp()
         do throws(RemoteError) {
             var page = try remote.listFolderContinue(cursor: cursor)
-            apply(page.changes, generation: 0)
+            try apply(page.changes, generation: 0, since: stamp)
             while page.hasMore {
                 page = try remote.listFolderContinue(cursor: page.cursor)
-                apply(page.changes, generation: 0)
+                try apply(page.changes, generation: 0, since: stamp)
             }
             lock.lock()
             tree = .recursive(cursor: page.cursor, refreshedAt: started)
@@ -328,41 +367,91 @@ final class MetadataCache: @unchecked Sendable {
     private func listFolder(_ dir: InodeNumber, path: String) throws(Errno) {
         let started = clock.now()
         let generation = locked { $0.newGeneration() }
+        let stamp = fetchStamp()
         do throws(RemoteError) {
             var page = try remote.listFolder(path: path, recursive: false, limit: config.listPageSize)
-            applyChildren(page.changes, of: dir, generation: generation)
+            try applyChildren(page.changes, of: dir, generation: generation, since: stamp)
             while page.hasMore {
                 page = try remote.listFolderContinue(cursor: page.cursor)
-                applyChildren(page.changes, of: dir, generation: generation)
+                try applyChildren(page.changes, of: dir, generation: generation, since: stamp)
             }
         } catch {
             switch error {
-            case .notFound, .notFolder: locked { $0.detach(dir) }
+            case .notFound, .notFolder:
+                // Gone from Dropbox, unless the mount moved or made it there since the call.
+                applyingFetched(since: stamp) { changed in
+                    if !changed.covers(path), table.path(of: dir) == path { table.detach(dir) }
+                }
             default: log.warning("listing \(path.isEmpty ? "/" : path) failed: \(error)")
             }
             throw Self.listingErrno(error)
         }
-        locked { table in
-            table.sweepChildren(of: dir, olderThan: generation)
+        let done: Void? = applyingFetched(since: stamp) { changed in
+            table.sweepChildren(of: dir, olderThan: generation, sparing: table.subtrees(changed))
             table.setListed(dir, at: started)
         }
+        if done == nil { throw Self.listingErrno(Self.localChurn) }
     }
 
-    private func apply(_ changes: [RemoteChange], generation: UInt64) {
-        locked { table in
-            for change in changes { table.apply(change, generation: generation) }
+    /// Applies listing or feed entries, except those the mount changed itself since `stamp`.
+    private func apply(_ changes: [RemoteChange], generation: UInt64, since stamp: LocalChangeLog.Stamp) throws(RemoteError) {
+        let done: Void? = applyingFetched(since: stamp) { changed in
+            for change in changes where !changed.covers(change) { table.apply(change, generation: generation) }
         }
+        if done == nil { throw Self.localChurn }
     }
 
-    private func applyChildren(_ changes: [RemoteChange], of dir: InodeNumber, generation: UInt64) {
-        locked { table in
-            for change in changes {
+    private func applyChildren(_ changes: [RemoteChange], of dir: InodeNumber, generation: UInt64,
+                               since stamp: LocalChangeLog.Stamp) throws(RemoteError) {
+        let done: Void? = applyingFetched(since: stamp) { changed in
+            for change in changes where !changed.covers(change) {
                 switch change {
                 case .upsert(let entry): table.upsert(entry, under: dir, generation: generation)
                 case .deleted: table.apply(change, generation: generation)
                 }
             }
         }
+        if done == nil { throw Self.localChurn }
+    }
+
+    // MARK: The mount's own changes (LocalChangeLog)
+
+    /// An answer that overlapped more local changes than the log keeps: asked again.
+    static let localChurn = RemoteError.unavailable("the mount changed too much while listing; try again")
+
+    /// Where the log stands before a fetch from Dropbox.
+    func fetchStamp() -> LocalChangeLog.Stamp { locked { _ in localChanges.stamp } }
+
+    /// Runs `body` with the lock held, once the local changes that were in flight when the
+    /// answer arrived are done, with the subtrees changed locally since `stamp`: what the body
+    /// applies must skip them. nil (`body` not run) if the log no longer reaches back to `stamp`.
+    @discardableResult
+    func applyingFetched<T, E: Error>(since stamp: LocalChangeLog.Stamp,
+                                      _ body: (ChangedPaths) throws(E) -> T) throws(E) -> T? {
+        lock.lock()
+        defer { lock.unlock() }
+        let arrived = localChanges.latestToken
+        while localChanges.hasInFlight(beganBy: arrived) { lock.wait() }
+        guard let changed = localChanges.changed(since: stamp) else {
+            log.info("the mount changed too much while an answer from Dropbox was on its way: asking again")
+            return nil
+        }
+        return try body(changed)
+    }
+
+    /// Before a change of the mount's own reaches Dropbox (a namespace call): answers fetched
+    /// meanwhile wait for it to end.
+    func beginLocalChange() -> LocalChangeLog.Token { locked { _ in localChanges.begin() } }
+
+    /// After the tree shows the change (or it failed: `paths` empty).
+    func endLocalChange(_ token: LocalChangeLog.Token, changed paths: [String]) {
+        locked { _ in localChanges.end(token, changed: paths.map { InodeTable.key($0) }) }
+        lock.broadcast()
+    }
+
+    /// A change already made on Dropbox whose tree update is made now (a commit event).
+    func recordLocalChange(_ paths: [String]) {
+        locked { _ in localChanges.record(paths.map { InodeTable.key($0) }) }
     }
 
     private static func listingErrno(_ error: RemoteError) -> Errno {

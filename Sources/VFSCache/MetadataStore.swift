@@ -2,11 +2,18 @@
 /// (`<cache dir>/metadata.sqlite3`), so a remount shows the tree at once and an offline mount
 /// has something to serve.
 ///
-/// One row per file or folder, keyed by lowercased path; the cursor in `state`. The change
-/// watcher writes a full snapshot when it first holds the whole tree (and after a cursor
-/// reset), then each applied batch of the feed with its new cursor, in one transaction, so the
-/// rows always match the saved cursor (replaying the feed from an older cursor is harmless: every
-/// change is idempotent).
+/// One row per file or folder, keyed by lowercased path; the cursor in `state`.
+///
+/// The invariant (docs/SEMANTICS.md, "Remounts"): the saved rows are exactly Dropbox's tree as of
+/// the saved cursor, never older. It is kept here, in the only two ways the cursor can move:
+/// - `replaceAll(listing, cursor:)`: a complete recursive listing and the cursor it ended with;
+/// - `apply(changes, from:, to:)`: every change of the feed between the saved cursor `from` and
+///   `to`, applied verbatim (including changes the in-memory tree set aside because local writes
+///   are pending, and the echoes of the mount's own operations), in the same transaction as the
+///   cursor. A batch whose `from` is not the saved cursor is refused (`CursorMismatch`): the
+///   saved tree would then miss whatever lay between, so the caller forgets the saved tree instead.
+/// The mount's own operations never write here: they reach the store through the feed, like
+/// anyone else's. What is still uploading lives in the upload journal, not here.
 ///
 /// Durability: `synchronous=NORMAL` in WAL mode. A crash may lose the last batches, never
 /// consistency; the feed from the older saved cursor brings them back.
@@ -74,7 +81,13 @@ public final class MetadataStore: Sendable {
         return entries
     }
 
-    /// Replaces everything with this tree and cursor.
+    /// A feed batch that does not continue from the saved cursor.
+    public struct CursorMismatch: Error, CustomStringConvertible {
+        public let saved: String?
+        public var description: String { saved == nil ? "no tree is saved" : "the saved cursor is not where this batch starts" }
+    }
+
+    /// Replaces everything with a complete recursive listing and the cursor it ended with.
     public func replaceAll(_ entries: [RemoteEntry], cursor: String) throws {
         try database.transaction {
             try database.run("DELETE FROM entries")
@@ -83,9 +96,13 @@ public final class MetadataStore: Sendable {
         }
     }
 
-    /// Applies one batch of the feed and moves the cursor, atomically.
-    public func apply(_ changes: [RemoteChange], cursor: String) throws {
+    /// Applies one batch of the feed, every change of it, and moves the cursor from `from` to
+    /// `to`, atomically. Throws `CursorMismatch` (and changes nothing) unless the saved cursor is
+    /// `from`.
+    public func apply(_ changes: [RemoteChange], from: String, to cursor: String) throws {
         try database.transaction {
+            let saved = try self.cursor()
+            guard saved == from else { throw CursorMismatch(saved: saved) }
             for change in changes {
                 switch change {
                 case .upsert(let entry):

@@ -43,6 +43,13 @@ public enum RemoteChange: Sendable, Equatable {
     case deleted(pathLower: String, pathDisplay: String)
 }
 
+extension Array where Element == RemoteChange {
+    /// The entries this batch adds or updates (a recursive listing is made of these only).
+    var upserts: [RemoteEntry] {
+        compactMap { if case .upsert(let entry) = $0 { entry } else { nil } }
+    }
+}
+
 /// One page of `list_folder` / `list_folder/continue`.
 public struct RemoteListPage: Sendable {
     public var changes: [RemoteChange]

@@ -2,7 +2,9 @@
 /// and the namespace changes (mkdir, unlink, rmdir, rename). File bytes go to staging files of the
 /// `WriteBackEngine`, which journals them at close and uploads them in the background; namespace
 /// changes go to Dropbox at once, around the engine's `remove`/`rename` so no stale upload can
-/// land after them. The rules a user sees are in docs/SEMANTICS.md ("Writing").
+/// land after them, each as a local change of the metadata cache (`LocalChangeLog`: from the
+/// remote call until the tree shows its result) so no listing or feed batch fetched meanwhile
+/// undoes it. The rules a user sees are in docs/SEMANTICS.md ("Writing").
 ///
 /// Per file, `LocalFile.lock` serialises the facade's own steps (the first write after a close
 /// fills a new staging file from the old content; later writes wait for that). Lock order:
@@ -376,15 +378,21 @@ extension VFS {
         try checkName(name, in: parent)
         if try metadata.child(of: parent, named: name) != nil { throw .exists }
         guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
+        let path = parentPath + "/" + name
+        let change = metadata.beginLocalChange()
+        var changed: [String] = []
+        defer { metadata.endLocalChange(change, changed: changed) }
         let entry: RemoteEntry
         do throws(RemoteError) {
-            entry = try remote.createFolder(path: parentPath + "/" + name)
+            entry = try remote.createFolder(path: path)
         } catch {
             if case .conflict = error { throw .exists }
-            logger.warning("mkdir \(parentPath)/\(name): \(error)")
+            logger.warning("mkdir \(path): \(error)")
             throw Errno(error)
         }
-        return entryReply(try metadata.insertRemote(entry, under: parent))
+        let node = try metadata.insertRemote(entry, under: parent)
+        changed = [path]
+        return entryReply(node)
     }
 
     public func unlink(parent: InodeNumber, name: String) throws(Errno) {
@@ -392,11 +400,15 @@ extension VFS {
         guard let node = try metadata.child(of: parent, named: name) else { throw .noEntry }
         if node.isDirectory { throw .isDirectory }
         guard let path = metadata.path(of: node.ino) else { throw .noEntry }
+        let change = metadata.beginLocalChange()
+        var changed: [String] = []
+        defer { metadata.endLocalChange(change, changed: changed) }
         try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
         if let file = localFiles.existing(node.ino) {
             file.withLock { file.unlinked = true; file.writing = false }
         }
         metadata.remove(node.ino)
+        changed = [path]
         localFiles.dropIfIdle(node.ino)
     }
 
@@ -421,8 +433,12 @@ extension VFS {
             try? metadata.ensureListed(node.ino, maxAge: 0)
             throw .notEmpty
         }
+        let change = metadata.beginLocalChange()
+        var changed: [String] = []
+        defer { metadata.endLocalChange(change, changed: changed) }
         try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
         metadata.remove(node.ino)
+        changed = [path]
     }
 
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags) throws(Errno) {
@@ -451,6 +467,9 @@ extension VFS {
             throw .invalid   // into itself
         }
         var moved: RemoteEntry?
+        let change = metadata.beginLocalChange()
+        var changed: [String] = []
+        defer { metadata.endLocalChange(change, changed: changed) }
         try writeBack.rename(from: from, to: to) { () throws(Errno) -> [String: WriteBase] in
             if let target, let targetPath = metadata.path(of: target.ino) {
                 try deleteRemote(targetPath, alsoWhenMissing: true)
@@ -469,6 +488,7 @@ extension VFS {
             }
         }
         metadata.move(source.ino, to: newParent, name: newName, entry: moved)
+        changed = [from, to]
         if let target, let replaced = localFiles.existing(target.ino) {
             replaced.withLock { replaced.unlinked = true; replaced.writing = false }
         }
@@ -531,6 +551,9 @@ extension VFS {
     func handleWriteBackEvent(_ event: WriteBackEvent) {
         switch event {
         case .committed(let path, _, let entry):
+            // Recorded before the tree changes, so a feed batch fetched before the commit can
+            // neither see the node still dirty nor undo the commit once it shows.
+            metadata.recordLocalChange([path])
             let ino = metadata.locked { $0.resolve(path: path) }
             let file = ino.flatMap { localFiles.existing($0) }
             let writing = file?.withLock { file!.writing } ?? false
@@ -554,6 +577,7 @@ extension VFS {
             do throws(RemoteError) { remoteVersion = .some(try remote.metadata(path: path)) } catch {
                 remoteVersion = nil
             }
+            metadata.recordLocalChange([path, copyPath])
             metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath)
         case .failed:
             break   // the engine logs it; flush, fsync and sync report it

@@ -61,6 +61,35 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         return remote
     }
 
+    /// The saved tree is Dropbox as of the saved cursor, also where the in-memory tree sets a
+    /// change aside (a file with pending local bytes) or already made it itself (our own delete):
+    /// a remount loads what Dropbox has, never an older tree behind a newer cursor.
+    @Test func savedTreeTakesEveryChangeOfTheFeed() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let remote = seeded()
+        let vfs = try makeVFS(remote)
+        let store = try MetadataStore(directory: directory)
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: store)
+        try watcher.step()   // connect: lists and saves the tree
+        let a = try vfs.resolve("/docs/a.txt")
+        let x = try vfs.resolve("/x.txt")
+        // a.txt has local bytes pending: the tree keeps them, the store must take Dropbox's rev.
+        vfs.metadata.setLocal(a, size: 99)
+        remote.externalWrite("/docs/a.txt", "remote")
+        // x.txt is removed by the mount itself before the feed reports it.
+        vfs.metadata.remove(x)
+        remote.externalDelete("/x.txt")
+        try watcher.step()
+        watcher.stop()
+        #expect(try vfs.getattr(a).0.size == 99)
+        let saved = Dictionary(uniqueKeysWithValues: try store.loadEntries().map { ($0.pathDisplay, $0) })
+        #expect(saved["/docs/a.txt"]?.size == 6)
+        #expect(saved["/x.txt"] == nil)
+        #expect(try store.cursor() != nil)
+        store.close()
+    }
+
     @Test func appliesUpsertsAndDeletesOfSubtrees() throws {
         let remote = seeded()
         let vfs = try makeVFS(remote)
@@ -87,7 +116,7 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.list(docs).map(\.name).sorted() == [".", "..", "a.txt", "new.txt"])
         // The subtree is gone from the tree, not only its root.
         #expect(vfs.metadata.path(of: sub) == nil)
-        #expect(!vfs.metadata.exportTree().entries.contains { $0.pathDisplay.hasPrefix("/docs/sub") })
+        #expect(!vfs.metadata.locked { table in table.nodes.contains { table.path(of: $0.0)?.hasPrefix("/docs/sub") == true } })
         // No listing or metadata calls: the feed alone brought all of it.
         #expect(remote.calls("listFolder") == 0 && remote.calls("metadata") == 0)
 
@@ -268,7 +297,9 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try store.cursor() == nil)
         try store.replaceAll([folder("/A"), file("/A/x_%.txt", "1"), folder("/A/B"), file("/A/B/y", "2"), folder("/AB"), file("/AB/z", "3")],
                              cursor: "c1")
-        try store.apply([.upsert(file("/A/x_%.txt", "9", size: 5)), .deleted(pathLower: "/a/b", pathDisplay: "/A/B")], cursor: "c2")
+        try store.apply([.upsert(file("/A/x_%.txt", "9", size: 5)), .deleted(pathLower: "/a/b", pathDisplay: "/A/B")], from: "c1", to: "c2")
+        // A batch that does not continue the saved cursor would leave a gap: refused, nothing changes.
+        #expect(throws: MetadataStore.CursorMismatch.self) { try store.apply([.deleted(pathLower: "/ab", pathDisplay: "/AB")], from: "c1", to: "c3") }
         store.close()
 
         let again = try MetadataStore(directory: directory)
