@@ -403,7 +403,10 @@ extension VFS {
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
+        try writeBack.remove(path: path) { () throws(Errno) in
+            writeBack.deliverPendingEvents()
+            try deleteRemote(path, alsoWhenMissing: true)
+        }
         if let file = localFiles.existing(node.ino) {
             file.withLock { file.unlinked = true; file.writing = false }
         }
@@ -436,7 +439,10 @@ extension VFS {
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.remove(path: path) { () throws(Errno) in try deleteRemote(path, alsoWhenMissing: true) }
+        try writeBack.remove(path: path) { () throws(Errno) in
+            writeBack.deliverPendingEvents()
+            try deleteRemote(path, alsoWhenMissing: true)
+        }
         metadata.remove(node.ino)
         changed = [path]
     }
@@ -471,6 +477,7 @@ extension VFS {
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
         try writeBack.rename(from: from, to: to) { () throws(Errno) -> [String: WriteBase] in
+            writeBack.deliverPendingEvents()
             if let target, let targetPath = metadata.path(of: target.ino) {
                 try deleteRemote(targetPath, alsoWhenMissing: true)
             }

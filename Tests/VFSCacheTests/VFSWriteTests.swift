@@ -280,4 +280,52 @@ import Testing
         // chmod is accepted (and ignored) even read-only.
         #expect(try vfs.setattr(ino, changes: AttributeChanges(mode: 0o600), handle: nil).size == 1)
     }
+
+    // MARK: One writer never conflicts with itself (issue 12)
+
+    /// Creates `name` in the root with `bytes`, closes it and waits until it is committed.
+    private func createCommitted(_ w: Writable, _ name: String, _ bytes: [UInt8]) throws -> InodeNumber {
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: name, flags: [.write, .truncate])
+        try write(w.vfs, entry.attributes.ino, opened.handle, at: 0, bytes)
+        try close(w.vfs, entry.attributes.ino, opened.handle)
+        w.sync()
+        return entry.attributes.ino
+    }
+
+    /// SQLite's journal: created, written, committed, deleted and created again by one mount. The
+    /// second file is new on Dropbox, not an update of the deleted one's rev.
+    @Test func aFileDeletedAndCreatedAgainIsNotAConflict() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        for round in 0..<3 {
+            _ = try createCommitted(w, "t.db-journal", bytes("round \(round)"))
+            try w.vfs.unlink(parent: rootInode, name: "t.db-journal")
+            #expect(remote.content("/t.db-journal") == nil)
+        }
+        let ino = try createCommitted(w, "t.db-journal", bytes("last"))
+        #expect(remote.content("/t.db-journal") == bytes("last"))
+        #expect(remote.allPaths() == ["/t.db-journal"])
+        #expect(try w.vfs.readAll(ino) == bytes("last"))
+    }
+
+    /// A file renamed while its commit event is still on its way to the tree: the tree must still
+    /// learn the rev (the move's), so the next write updates that rev instead of conflicting.
+    @Test func aFileRenamedBeforeItsCommitEventIsWrittenWithoutConflict() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        // Hold the engine's event queue, as a busy machine does.
+        let held = DispatchSemaphore(value: 0)
+        w.vfs.writeBack!.eventQueue.async { held.wait() }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { held.signal() }
+        _ = try createCommitted(w, "a.txt", bytes("first"))
+        try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: [])
+        let b = try w.vfs.lookup(parent: rootInode, name: "b.txt").attributes.ino
+        let opened = try w.vfs.open(b, flags: [.write, .append])
+        try write(w.vfs, b, opened.handle, at: 0, bytes(" second"))
+        try close(w.vfs, b, opened.handle)
+        w.sync()
+        #expect(remote.content("/b.txt") == bytes("first second"))
+        #expect(remote.allPaths() == ["/b.txt"])
+        #expect(try w.vfs.readAll(b) == bytes("first second"))
+    }
 }

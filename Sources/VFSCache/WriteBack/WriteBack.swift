@@ -204,6 +204,8 @@ public final class WriteBackEngine: @unchecked Sendable {
             }
             condition.lock(); defer { condition.unlock() }
             discard(doomed)
+            // Our earlier commits at these paths say nothing about a file made there later.
+            forgetOwnRevisions(under: key)
         }
     }
 
@@ -238,7 +240,19 @@ public final class WriteBackEngine: @unchecked Sendable {
             condition.lock(); defer { condition.unlock() }
             discard(replaced)
             apply(moves, bases: bases)
+            // The moved files' revs come from the move (`bases`), not from our earlier commits.
+            forgetOwnRevisions(under: fromKey)
+            forgetOwnRevisions(under: toKey)
         }
+    }
+
+    /// Runs every event emitted so far (their handlers included) before returning. The facade
+    /// calls it inside `remove`/`rename`, once no upload of the paths is in flight and before
+    /// its tree changes: a commit event still queued for the old path would otherwise reach the
+    /// tree after the node moved away, and leave it without its rev (a self-conflict at the
+    /// next write).
+    public func deliverPendingEvents() {
+        eventQueue.sync {}
     }
 
     // MARK: Waiting
@@ -362,6 +376,13 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     func isHeld(_ key: String) -> Bool {
         heldKeys.contains { key == $0 || key.hasPrefix($0 + "/") || $0.hasPrefix(key + "/") }
+    }
+
+    /// Drops `revisionsAfterCommit` at and under `key` (lock held).
+    func forgetOwnRevisions(under key: String) {
+        for stale in revisionsAfterCommit.keys where stale == key || stale.hasPrefix(key + "/") {
+            revisionsAfterCommit[stale] = nil
+        }
     }
 
     func keysUnder(_ key: String) -> [String] {
