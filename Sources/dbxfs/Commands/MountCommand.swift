@@ -48,16 +48,6 @@ enum MountCommand {
             return fail(error.description)
         }
 
-        // The status/sync socket (Control/) exists before the mount shows up, so whoever sees
-        // the mount can ask it. Without it the mount still works; only status and sync don't.
-        let control: ControlServer?
-        do {
-            control = try ControlServer(mountpoint: mountpoint, source: backend.statusSource, logger: logger)
-        } catch {
-            logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
-            control = nil
-        }
-
         let filesystem = FuseFilesystem(operations: backend.operations, readDirectoryPlus: options.readDirectoryPlus,
                                         maxReadAhead: UInt32(clamping: options.kernelReadAheadKiB * 1024), log: logger)
         let session: FuseSession
@@ -65,14 +55,30 @@ enum MountCommand {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
             try session.mount(at: mountpoint, passthrough: options.passthrough)
         } catch {
-            control?.stop()
             backend.shutdown()
             return fail(error.description)
+        }
+        let attached = session.attachedCheck
+        backend.statusSource.phase.withLock { $0 = .serving(attached: attached) }
+        // The status/sync socket (Control/) is named after the mount's device number, so it comes
+        // right after the mount; `dbxfs status` allows for that moment. Without it the mount
+        // still works; only status and sync don't.
+        var control: ControlServer?
+        if let device = session.ownMount?.device {
+            do {
+                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource, logger: logger)
+            } catch {
+                logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
+            }
+        } else {
+            logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: it is not in /proc/self/mountinfo")
         }
         // Remote changes reach the kernel's caches through the session's notifier (issue 7).
         backend.startChangeWatcher(session.notifier)
         // Before the loop starts: the kernel applies INIT's answer on top of this window.
-        KernelReadAhead.set(kib: options.kernelReadAheadKiB, mountpoint: mountpoint, logger: logger)
+        if let device = session.ownMount?.device {
+            KernelReadAhead.set(kib: options.kernelReadAheadKiB, device: device, logger: logger)
+        }
         if let reporter {
             reporter.succeeded()
             Daemon.redirectOutput(logFile: backend.logFile)
@@ -80,10 +86,12 @@ enum MountCommand {
         logger.info("mounted \(backend.description) on \(mountpoint)")
 
         let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
-        control?.stop()
         session.unmount()
         logger.info("unmounted \(mountpoint)")
+        // Until the process exits it still answers status: say that it is finishing its uploads.
+        backend.statusSource.phase.withLock { $0 = .unmounted }
         backend.shutdown()
+        control?.stop()
         // The loop returns the signal number when a signal ended it; that is a clean stop.
         return status == 0 || status == SIGINT || status == SIGTERM || status == SIGHUP ? 0 : 1
     }
