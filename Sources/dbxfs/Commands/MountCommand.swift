@@ -14,7 +14,7 @@ enum MountCommand {
             printError(error.description)
             return 2
         }
-        let options: MountOptions
+        var options: MountOptions
         do {
             options = try MountOptions.parse(config.mountArguments + arguments, environment: ProcessInfo.processInfo.environment)
         } catch {
@@ -32,6 +32,7 @@ enum MountCommand {
             printError(error.description)
             return 1
         }
+        options.mountpoint = mountpoint
 
         let reporter: Daemon.Reporter? = options.foreground ? nil : Daemon.detach()
         // From here on, failures go through `fail`, which tells a waiting parent too.
@@ -43,7 +44,7 @@ enum MountCommand {
         let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: timestampedStandardErrorSink)
         let backend: MountBackend
         do {
-            backend = try MountBackend.open(options: options, logger: logger)
+            backend = try MountBackend.open(options: options, logger: logger, stillWanted: { reporter?.parentWaits ?? true })
         } catch {
             return fail(error.description)
         }
@@ -73,6 +74,7 @@ enum MountCommand {
         } else {
             logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: it is not in /proc/self/mountinfo")
         }
+        backend.cacheLock?.record(state: "mounted", socket: control?.socketPath)
         // Remote changes reach the kernel's caches through the session's notifier (issue 7).
         backend.startChangeWatcher(session.notifier)
         // Before the loop starts: the kernel applies INIT's answer on top of this window.
@@ -88,8 +90,10 @@ enum MountCommand {
         let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
         session.unmount()
         logger.info("unmounted \(mountpoint)")
-        // Until the process exits it still answers status: say that it is finishing its uploads.
+        // Until the process exits it still holds the cache directory and answers status: say
+        // that it is finishing its uploads (a mount refused meanwhile names them).
         backend.statusSource.phase.withLock { $0 = .unmounted }
+        backend.cacheLock?.record(state: "unmounted", socket: control?.socketPath)
         backend.shutdown()
         control?.stop()
         // The loop returns the signal number when a signal ended it; that is a clean stop.
