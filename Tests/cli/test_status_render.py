@@ -127,3 +127,22 @@ def test_a_mount_without_write_back_says_so(cli):
         assert "uploads" not in json.loads(cli.run("status", "--json").stdout)["mounts"][0]
     finally:
         fake.close()
+
+
+def test_a_daemon_that_is_unmounted_or_lazily_unmounted_says_so(cli):
+    for state, expected in (("unmounted", "state     unmounted; pid 4242 finishes its uploads, then exits"),
+                            ("detached", "state     lazily unmounted; pid 4242 still serves the files open there")):
+        fake = FakeDaemon(cli.runtime / "dbxfs", dict(REPORT, state=state))
+        try:
+            result = cli.run("status")
+            assert result.returncode == 0, result.stderr
+            assert expected in result.stdout, result.stdout
+            assert json.loads(cli.run("status", "--json").stdout)["mounts"][0]["state"] == state
+        finally:
+            fake.close()
+    # A report without the field (an older daemon) is an ordinary live mount.
+    fake = FakeDaemon(cli.runtime / "dbxfs", REPORT)
+    try:
+        assert "state " not in cli.run("status").stdout
+    finally:
+        fake.close()

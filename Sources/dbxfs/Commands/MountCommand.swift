@@ -14,7 +14,7 @@ enum MountCommand {
             printError(error.description)
             return 2
         }
-        let options: MountOptions
+        var options: MountOptions
         do {
             options = try MountOptions.parse(config.mountArguments + arguments, environment: ProcessInfo.processInfo.environment)
         } catch {
@@ -32,6 +32,7 @@ enum MountCommand {
             printError(error.description)
             return 1
         }
+        options.mountpoint = mountpoint
 
         let reporter: Daemon.Reporter? = options.foreground ? nil : Daemon.detach()
         // From here on, failures go through `fail`, which tells a waiting parent too.
@@ -43,19 +44,9 @@ enum MountCommand {
         let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: timestampedStandardErrorSink)
         let backend: MountBackend
         do {
-            backend = try MountBackend.open(options: options, logger: logger)
+            backend = try MountBackend.open(options: options, logger: logger, stillWanted: { reporter?.parentWaits ?? true })
         } catch {
             return fail(error.description)
-        }
-
-        // The status/sync socket (Control/) exists before the mount shows up, so whoever sees
-        // the mount can ask it. Without it the mount still works; only status and sync don't.
-        let control: ControlServer?
-        do {
-            control = try ControlServer(mountpoint: mountpoint, source: backend.statusSource, logger: logger)
-        } catch {
-            logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
-            control = nil
         }
 
         let filesystem = FuseFilesystem(operations: backend.operations, readDirectoryPlus: options.readDirectoryPlus,
@@ -65,14 +56,31 @@ enum MountCommand {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
             try session.mount(at: mountpoint, passthrough: options.passthrough)
         } catch {
-            control?.stop()
             backend.shutdown()
             return fail(error.description)
         }
+        let attached = session.attachedCheck
+        backend.statusSource.phase.withLock { $0 = .serving(attached: attached) }
+        // The status/sync socket (Control/) is named after the mount's device number, so it comes
+        // right after the mount; `dbxfs status` allows for that moment. Without it the mount
+        // still works; only status and sync don't.
+        var control: ControlServer?
+        if let device = session.ownMount?.device {
+            do {
+                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource, logger: logger)
+            } catch {
+                logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
+            }
+        } else {
+            logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: it is not in /proc/self/mountinfo")
+        }
+        backend.cacheLock?.record(state: "mounted", socket: control?.socketPath)
         // Remote changes reach the kernel's caches through the session's notifier (issue 7).
         backend.startChangeWatcher(session.notifier)
         // Before the loop starts: the kernel applies INIT's answer on top of this window.
-        KernelReadAhead.set(kib: options.kernelReadAheadKiB, mountpoint: mountpoint, logger: logger)
+        if let device = session.ownMount?.device {
+            KernelReadAhead.set(kib: options.kernelReadAheadKiB, device: device, logger: logger)
+        }
         if let reporter {
             reporter.succeeded()
             Daemon.redirectOutput(logFile: backend.logFile)
@@ -80,10 +88,14 @@ enum MountCommand {
         logger.info("mounted \(backend.description) on \(mountpoint)")
 
         let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
-        control?.stop()
         session.unmount()
         logger.info("unmounted \(mountpoint)")
+        // Until the process exits it still holds the cache directory and answers status: say
+        // that it is finishing its uploads (a mount refused meanwhile names them).
+        backend.statusSource.phase.withLock { $0 = .unmounted }
+        backend.cacheLock?.record(state: "unmounted", socket: control?.socketPath)
         backend.shutdown()
+        control?.stop()
         // The loop returns the signal number when a signal ended it; that is a clean stop.
         return status == 0 || status == SIGINT || status == SIGTERM || status == SIGHUP ? 0 : 1
     }

@@ -20,6 +20,9 @@ struct MountOptions: Sendable {
     /// Account/MountCredentials.swift.
     var profile: String?
     var cacheDirectory: String?
+    /// `--wait-for-cache`: when another daemon holds the cache directory (Mount/CacheDirectoryLock),
+    /// wait for it to exit instead of refusing.
+    var waitForCache = false
     var cacheSize: UInt64 = 10 << 30
     var caFile: String?
     var logLevel: String = "info"
@@ -62,6 +65,9 @@ struct MountOptions: Sendable {
                                   (default: $DBXFS_ACCESS_TOKEN if set, else profile "default")
           --token-file FILE       read a bare access token from FILE (no refresh)
           --cache-dir DIR         cache directory (default $XDG_CACHE_HOME/dbxfs/<account+root hash>)
+          --wait-for-cache        if another dbxfs uses the cache directory (for example one
+                                  still uploading after unmount), wait for it to exit instead
+                                  of refusing to mount
           --cache-size SIZE       on-disk block cache budget, e.g. 512M, 10G (default 10G)
           --ca-file PEM           also trust the CA certificates in PEM (for test servers)
           --log-level LEVEL       error, warning, info (default), debug
@@ -113,6 +119,9 @@ struct MountOptions: Sendable {
                 }
                 options.profile = raw
             case "--cache-dir": options.cacheDirectory = try value(for: name, inline: inline)
+            case "--wait-for-cache":
+                guard inline == nil else { throw UsageError(description: "option --wait-for-cache takes no value") }
+                options.waitForCache = true
             case "--cache-size":
                 let raw = try value(for: name, inline: inline)
                 do throws(ByteSize.Invalid) { options.cacheSize = try ByteSize.parse(raw) }

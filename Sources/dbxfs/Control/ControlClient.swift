@@ -10,19 +10,25 @@ enum ControlClient {
     }
 
     /// The socket of the dbxfs mount that `path` is (or is inside), by walking up from the
-    /// resolved path until a mountpoint with a socket is found.
+    /// resolved path until a mountpoint with a socket is found: the socket of the mount on top
+    /// there (ControlPaths), so never that of a daemon whose mount was lazily unmounted.
     static func socket(forPath path: String, paths: XDGPaths = XDGPaths()) throws(Failure) -> (mountpoint: String, socket: String) {
         guard let absolute = ControlPaths.resolve(path) else {
             let reason = errno == ENOTCONN ? "is a stale FUSE mount (the daemon died; run: fusermount3 -u \(path))"
                 : "does not exist"
             throw Failure(description: "\(path) \(reason)", notMounted: true)
         }
-        let mounts = Mountpoint.mountPoints()
+        let mounts = MountTable.entries()
         var candidate = absolute
         while true {
-            let socket = ControlPaths.socketPath(forMountpoint: candidate, paths: paths)
-            if mounts.contains(candidate), FileManager.default.fileExists(atPath: socket) {
-                return (candidate, socket)
+            if let mount = mounts.last(where: { $0.mountPoint == candidate }) {
+                let socket = ControlPaths.socketPath(forMountpoint: candidate, device: mount.device, paths: paths)
+                // A daemon creates its socket right after its mount appears: allow it a moment.
+                let patience = mount.fsType == "fuse.dbxfs" ? Date().addingTimeInterval(3) : Date()
+                repeat {
+                    if FileManager.default.fileExists(atPath: socket) { return (candidate, socket) }
+                    if Date() < patience { Thread.sleep(forTimeInterval: 0.05) }
+                } while Date() < patience
             }
             if candidate == "/" { break }
             candidate = (candidate as NSString).deletingLastPathComponent

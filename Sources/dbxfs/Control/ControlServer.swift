@@ -1,5 +1,7 @@
 /// The mount daemon's side of the status/sync channel: a Unix socket in the user's private
-/// runtime directory (0700, socket 0600; see ControlPaths), one per mount. Each connection sends
+/// runtime directory (0700, socket 0600; see ControlPaths), one per mount. It is created right
+/// after the mount (its name needs the mount's device number) and serves until the daemon has
+/// finished its uploads after unmount, so a daemon that is still draining can say so. Each connection sends
 /// one JSON request line and gets one JSON answer line (StatusReport.swift). Connections from
 /// another uid are refused (SO_PEERCRED), in case the directory's mode was loosened.
 ///
@@ -19,11 +21,11 @@ final class ControlServer: Sendable {
 
     /// Creates the socket and starts serving. A stale socket left by a crashed mount is replaced;
     /// a live one (another process answering there) is an error.
-    init(mountpoint: String, source: MountStatusSource, logger: Logger, paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
+    init(mountpoint: String, device: String, source: MountStatusSource, logger: Logger, paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
         self.mountpoint = mountpoint
         self.source = source
         self.logger = logger
-        socketPath = ControlPaths.socketPath(forMountpoint: mountpoint, paths: paths)
+        socketPath = ControlPaths.socketPath(forMountpoint: mountpoint, device: device, paths: paths)
         do throws(XDGPaths.PrivateDirectoryError) {
             try XDGPaths.makePrivateDirectory(ControlPaths.directory(paths: paths))
         } catch {
@@ -42,7 +44,7 @@ final class ControlServer: Sendable {
         thread.start()
     }
 
-    /// Stops accepting and removes the socket (the mount is going away).
+    /// Stops accepting and removes the socket (the daemon is about to exit).
     func stop() {
         guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         unlink(socketPath)

@@ -6,9 +6,19 @@
 /// read-only mount, or before the write side is wired in), status shows no uploads section and
 /// sync answers at once that nothing can be pending.
 import Foundation
+import Synchronization
 import VFSCache
 
 final class MountStatusSource: Sendable {
+    /// Where the daemon is in its life, for the report's `state`.
+    enum Phase: Sendable {
+        case starting
+        /// Serving; the closure says whether the mount is still in the mount table.
+        case serving(attached: @Sendable () -> Bool)
+        /// The loop ended and the mount is gone; uploads drain before the process exits.
+        case unmounted
+    }
+
     let account: AccountReport
     let server: String
     let root: String
@@ -18,6 +28,7 @@ final class MountStatusSource: Sendable {
     let writeBack: WriteBackEngine?
     /// Why Dropbox is unreachable, or nil while online (the change watcher's view).
     private let offline: @Sendable () -> String?
+    let phase = Mutex<Phase>(.starting)
 
     init(account: AccountReport, server: String, root: String, readOnly: Bool,
          cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?,
@@ -33,13 +44,22 @@ final class MountStatusSource: Sendable {
                           root: "", readOnly: readOnly, cacheUsage: { nil }, writeBack: nil)
     }
 
+    /// "starting", "mounted", "detached" or "unmounted" (docs/STATUS.md).
+    var state: String {
+        switch phase.withLock({ $0 }) {
+        case .starting: return "starting"
+        case .serving(let attached): return attached() ? "mounted" : "detached"
+        case .unmounted: return "unmounted"
+        }
+    }
+
     func status(mountpoint: String) -> MountStatusReport {
         let usage = cacheUsage()
         let cache = CacheReport(diskBytes: usage?.diskBytes ?? 0, diskBudget: usage?.diskBudget ?? 0,
                                 memoryBytes: usage?.memoryBytes ?? 0, memoryBudget: usage?.memoryBudget ?? 0,
                                 entries: usage?.nodes ?? 0, openFiles: usage?.openFiles ?? 0)
         return MountStatusReport(mountpoint: mountpoint, pid: getpid(), mountedAt: mountedAt, account: account,
-                                 server: server, root: root, readOnly: readOnly, offline: offline(), cache: cache,
+                                 server: server, root: root, readOnly: readOnly, state: state, offline: offline(), cache: cache,
                                  uploads: writeBack.map { Self.uploads($0.status()) })
     }
 

@@ -15,6 +15,11 @@ enum StatusRenderer {
         if let profile = report.account.profile { who += ", profile \(profile)" }
         let root = report.root.isEmpty ? "" : " folder \(report.root)"
         lines.append("\(report.mountpoint)  \(who)\(root) on \(report.server)\(report.readOnly ? " (read-only)" : "")")
+        switch report.state {
+        case "unmounted": lines.append("  state     unmounted; pid \(report.pid) finishes its uploads, then exits")
+        case "detached": lines.append("  state     lazily unmounted; pid \(report.pid) still serves the files open there")
+        default: break
+        }
         if let offline = report.offline {
             lines.append("  offline   \(offline); serving cached files, catching up when Dropbox answers")
         }

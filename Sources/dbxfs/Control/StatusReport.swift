@@ -23,6 +23,10 @@ struct MountStatusReport: Codable, Sendable {
     /// The Dropbox folder mounted as the root ("" for the whole account).
     var root: String
     var readOnly: Bool
+    /// "mounted"; "detached" once the mount was lazily unmounted (`fusermount3 -uz`) while the
+    /// daemon still serves files open on it; "unmounted" while the daemon finishes its uploads
+    /// before it exits. Omitted by daemons older than this field, which means "mounted".
+    var state: String? = nil
     /// Why Dropbox cannot be reached; omitted while online. Offline, the mount serves its cached
     /// tree and blocks, and catches up with remote changes when Dropbox answers again.
     var offline: String? = nil

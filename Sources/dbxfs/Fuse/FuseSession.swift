@@ -3,6 +3,16 @@
 /// handlers that turn SIGINT/SIGTERM/SIGHUP into a clean loop exit.
 ///
 /// `notifier` is how the rest of the daemon (the change watcher) drops the kernel's caches.
+///
+/// Unmounting only our own mount: libfuse's `fuse_session_unmount` unmounts by path (umount2 as
+/// root, else `fusermount3 -u -z PATH`), and skips that only when the connection is already gone
+/// (POLLERR on the /dev/fuse fd). After `fusermount3 -uz` on a busy mount, though, our connection
+/// lives on, detached, while a successor may be mounted at the same path, and unmounting by path
+/// would take the successor's mount. So `mount` records which mount it made (its mountinfo
+/// entry: mount id and device number), and `unmount` unmounts by path only while that entry is
+/// still the one on top at the path; otherwise it just closes the session, which ends the
+/// detached connection. The device number cannot belong to another mount while our connection
+/// lives (see MountTable); the one window left is between that check and the unmount.
 import CFuse
 import CFusePassthrough
 import Foundation
@@ -16,6 +26,9 @@ final class FuseSession {
     let notifier = KernelCacheNotifier()
     private var session: OpaquePointer?
     private var mounted = false
+    private var mountpoint = ""
+    /// The mount `mount(at:)` made, from the mount table right after it (nil until then).
+    private(set) var ownMount: MountTable.Entry?
     private var signalsInstalled = false
 
     /// Creates the session; `mountOptions` are libfuse `-o` options (ro, allow_other, ...).
@@ -54,6 +67,10 @@ final class FuseSession {
             throw Failure(description: "could not mount on \(mountpoint) (see the message above; is /dev/fuse usable?)")
         }
         mounted = true
+        self.mountpoint = mountpoint
+        // Nothing else can have mounted on top in the microseconds since: the last entry at the
+        // path is ours.
+        ownMount = MountTable.topmost(at: mountpoint)
         if passthrough {
             if dbxfs_passthrough_install(UnsafeMutableRawPointer(session)) == 0 {
                 filesystem.passthrough.attach(session)
@@ -79,16 +96,43 @@ final class FuseSession {
     /// Asks the loop to stop (as a signal would).
     func exit() { if let session { fuse_session_exit(session) } }
 
+    /// Unmounts the mount this session made, and nothing else (see the top of the file).
     func unmount() {
         guard let session else { return }
         if signalsInstalled { fuse_remove_signal_handlers(session); signalsInstalled = false }
-        if mounted { fuse_session_unmount(session); mounted = false }
+        guard mounted else { return }
+        mounted = false
+        var device = pollfd(fd: fuse_session_fd(session), events: 0, revents: 0)
+        let connectionGone = poll(&device, 1, 0) == 1 && device.revents & Int16(POLLERR) != 0
+        if connectionGone || ownMount == nil || MountTable.topmost(at: mountpoint) == ownMount {
+            fuse_session_unmount(session)
+        } else {
+            filesystem.log.info("not unmounting \(mountpoint): it is no longer this daemon's mount (it was lazily unmounted"
+                                + "\(MountTable.mountPoints().contains(mountpoint) ? ", and something else is mounted there now" : "")); "
+                                + "closing the detached mount's connection instead")
+            destroy()
+        }
+    }
+
+    /// Whether the mount this session made is still in the mount table (false once it was
+    /// unmounted, lazily or not). A closure over the entry, so other threads can ask.
+    var attachedCheck: @Sendable () -> Bool {
+        let own = ownMount
+        return { own.map(MountTable.contains) ?? false }
+    }
+
+    /// Closes the session: the /dev/fuse fd goes, and with it the kernel's connection.
+    private func destroy() {
+        notifier.detach()
+        filesystem.passthrough.detach()
+        if let session { fuse_session_destroy(session) }
+        session = nil
     }
 
     deinit {
         notifier.detach()
         filesystem.passthrough.detach()
         unmount()
-        if let session { fuse_session_destroy(session) }
+        destroy()
     }
 }

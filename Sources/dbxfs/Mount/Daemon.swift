@@ -14,6 +14,14 @@ enum Daemon {
         func succeeded() { send("ok\n") }
         func failed(_ message: String) { send("error \(message)\n") }
 
+        /// False once the parent is gone (Ctrl-C while it waits): the pipe's reading end is
+        /// closed, which poll reports as POLLERR on ours. A long wait (--wait-for-cache) stops then.
+        var parentWaits: Bool {
+            guard fd >= 0 else { return false }
+            var end = pollfd(fd: fd, events: 0, revents: 0)
+            return !(poll(&end, 1, 0) == 1 && end.revents & Int16(POLLERR) != 0)
+        }
+
         private func send(_ line: String) {
             guard fd >= 0 else { return }
             let bytes = Array(line.utf8)

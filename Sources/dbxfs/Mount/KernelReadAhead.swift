@@ -10,18 +10,15 @@
 /// the current window and INIT's `max_readahead`. So this runs after `fuse_session_mount` but
 /// before the loop answers INIT, and init answers the same size (SessionOperations).
 ///
-/// The device number comes from /proc/self/mountinfo, not from stat(2) on the mountpoint: the
+/// The device number comes from /proc/self/mountinfo (MountTable), not from stat(2) on the mountpoint: the
 /// FUSE loop is not running yet, and a stat would wait for our own GETATTR forever.
 import Foundation
 import VFSCache
 
 enum KernelReadAhead {
-    static func set(kib: Int, mountpoint: String, logger: Logger) {
+    /// `device` is the mount's "major:minor" (MountTable), which names its backing device info.
+    static func set(kib: Int, device: String, logger: Logger) {
         guard kib > 0 else { return }
-        guard let device = deviceNumber(of: mountpoint) else {
-            logger.debug("read-ahead: \(mountpoint) not found in mountinfo")
-            return
-        }
         let path = "/sys/class/bdi/\(device)/read_ahead_kb"
         do {
             try "\(kib)\n".write(toFile: path, atomically: false, encoding: .utf8)
@@ -29,17 +26,5 @@ enum KernelReadAhead {
         } catch {
             logger.info("kernel read-ahead left at its default (cannot write \(path); needs root)")
         }
-    }
-
-    /// "major:minor" of the mount at `mountpoint` (field 3 of mountinfo).
-    static func deviceNumber(of mountpoint: String) -> String? {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-        var found: String?
-        for line in text.split(separator: "\n") {
-            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
-            // The last matching line is the topmost mount at that path.
-            if fields.count > 4, Mountpoint.unescape(String(fields[4])) == mountpoint { found = String(fields[2]) }
-        }
-        return found
     }
 }

@@ -3,7 +3,8 @@
 ///
 /// For Dropbox it first checks what can stop the mount, so each refusal is one line before
 /// anything is mounted: a missing or rejected token, an unreachable server, a `--root` that is
-/// not a folder.
+/// not a folder, a cache directory another daemon holds (CacheDirectoryLock: taken here, before
+/// anything in the cache directory is opened).
 import ContentHash
 import DropboxRemote
 import Foundation
@@ -19,21 +20,24 @@ struct MountBackend: CustomStringConvertible {
     let shutdown: () -> Void
     /// What `dbxfs status` and `dbxfs sync` ask (Control/MountStatusSource.swift).
     let statusSource: MountStatusSource
+    /// The cache directory's lock, held until the process exits (nil: no cache directory).
+    var cacheLock: CacheDirectoryLock?
     /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
     var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
 
-    static func open(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
+    /// `stillWanted` tells a `--wait-for-cache` wait whether anyone still waits for the mount.
+    static func open(options: MountOptions, logger: Logger, stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
         switch options.backend {
         case .memory:
             let memory = MemoryFilesystem(uid: options.uid, gid: options.gid, umask: options.umask)
             return MountBackend(operations: memory, description: "an in-memory filesystem",
                                 logFile: options.logFile, shutdown: {}, statusSource: .memory(readOnly: options.readOnly))
         case .dropbox:
-            return try openDropbox(options: options, logger: logger)
+            return try openDropbox(options: options, logger: logger, stillWanted: stillWanted)
         }
     }
 
-    private static func openDropbox(options: MountOptions, logger: Logger) throws(Failure) -> MountBackend {
+    private static func openDropbox(options: MountOptions, logger: Logger, stillWanted: () -> Bool) throws(Failure) -> MountBackend {
         // A stored profile (dbxfs auth) refreshes its access token and saves each new one.
         let credentials: MountCredentials
         do {
@@ -87,6 +91,16 @@ struct MountBackend: CustomStringConvertible {
             cacheDirectory = offlineAt.cacheDirectory
         } else {
             cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
+        }
+        // Before the journal, the saved tree or the staging area is opened: one daemon per cache directory.
+        let cacheLock: CacheDirectoryLock
+        do {
+            cacheLock = try CacheDirectoryLock.acquire(directory: cacheDirectory.path, mountpoint: options.mountpoint,
+                                                       wait: options.waitForCache, stillWanted: stillWanted)
+        } catch {
+            throw Failure(description: error.description)
+        }
+        if offlineAt == nil {
             OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
         }
         let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
@@ -131,7 +145,7 @@ struct MountBackend: CustomStringConvertible {
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
-                                   shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status)
+                                   shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
         return backend
     }

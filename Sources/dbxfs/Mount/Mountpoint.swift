@@ -29,36 +29,9 @@ enum Mountpoint {
         }
         let absolute = String(cString: resolved)
         free(resolved)
-        if mountPoints().contains(absolute) {
+        if MountTable.mountPoints().contains(absolute) {
             throw Refused(description: "mountpoint \(absolute) is already mounted (unmount it first: fusermount3 -u \(absolute))")
         }
         return absolute
-    }
-
-    /// Mount points of this mount namespace, from /proc/self/mountinfo (field 5, octal-escaped).
-    static func mountPoints() -> Set<String> {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        var result = Set<String>()
-        for line in text.split(separator: "\n") {
-            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
-            if fields.count > 4 { result.insert(unescape(String(fields[4]))) }
-        }
-        return result
-    }
-
-    /// mountinfo writes space, tab, newline and backslash as \040, \011, \012, \134.
-    static func unescape(_ field: String) -> String {
-        var bytes: [UInt8] = []
-        let raw = Array(field.utf8)
-        var i = 0
-        while i < raw.count {
-            if raw[i] == UInt8(ascii: "\\"), i + 3 < raw.count,
-               let code = UInt8(String(decoding: raw[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
-                bytes.append(code); i += 4
-            } else {
-                bytes.append(raw[i]); i += 1
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }
