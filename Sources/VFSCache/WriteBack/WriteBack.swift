@@ -45,6 +45,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Set by `stopAbruptly`: the engine behaves as if the process died (no more journal writes).
     var dead = false
     var activeLargeUploads = 0
+    /// Files closed up to this generation are waited for by `dbxfs sync`: no gathering.
+    var urgentThrough: UInt64 = 0
     var recentErrors: [UploadErrorReport] = []
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
@@ -270,6 +272,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         let key = Self.key(path)
         let deadline = Date().addingTimeInterval(timeout)
         condition.lock(); defer { condition.unlock() }
+        // Someone waits: no gathering for a batch (an fsync per SQLite transaction would wait
+        // out the window every time).
+        if let dirty = files[key] { dirty.urgentThrough = max(dirty.urgentThrough, generation) }
+        sealWindowHolding { $0 == key }
+        condition.broadcast()
         while true {
             guard let dirty = files[key], let record = dirty.record,
                   dirty.committedGeneration < generation, record.generation >= generation else { return }
@@ -287,6 +294,10 @@ public final class WriteBackEngine: @unchecked Sendable {
     public func waitForAll(deadline: Date) -> [PendingUpload] {
         condition.lock(); defer { condition.unlock() }
         let target = generationCounter
+        // Everything closed so far is waited for: send it without gathering.
+        urgentThrough = max(urgentThrough, target)
+        sealWindowHolding { _ in true }
+        condition.broadcast()
         while true {
             let left = files.filter { _, dirty in
                 guard let record = dirty.record else { return false }
@@ -376,6 +387,16 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     func isHeld(_ key: String) -> Bool {
         heldKeys.contains { key == $0 || key.hasPrefix($0 + "/") || $0.hasPrefix(key + "/") }
+    }
+
+    /// Whether someone waits for this upload (fsync, sync): it is sent without gathering.
+    func isUrgent(_ dirty: DirtyFile, generation: UInt64) -> Bool {
+        generation <= max(urgentThrough, dirty.urgentThrough)
+    }
+
+    /// Seals the open batch window if it holds a job whose key matches (lock held).
+    func sealWindowHolding(_ matches: (String) -> Bool) {
+        if let window, window.jobs.contains(where: { matches($0.key) }) { seal(window) }
     }
 
     /// Drops `revisionsAfterCommit` at and under `key` (lock held).
@@ -560,6 +581,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                         jobPool.submit { self.runLargeUpload(job) }
                     } else {
                         addToWindow(start(key, dirty, large: false), now: now)
+                        if isUrgent(dirty, generation: record.generation), let window { seal(window) }
                     }
                 }
             }
@@ -597,6 +619,8 @@ final class DirtyFile {
     var hardError: RemoteError?
     var lastError: RemoteError?
     var committedGeneration: UInt64 = 0
+    /// fsync waits for generations up to this one: they are sent without gathering.
+    var urgentThrough: UInt64 = 0
     var conflictIndex = 0
     /// Loaded from the journal after a restart: recheck the bytes before trusting hash and session.
     var verifyContent = false

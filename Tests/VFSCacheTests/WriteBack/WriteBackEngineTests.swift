@@ -24,6 +24,27 @@ import Testing
         #expect(try fixture.journalRows() == 0)
     }
 
+    /// fsync and sync are waited for: their files go at once, not after the gather window (an
+    /// fsync per SQLite transaction waited out 150 ms each). The window here is 30 s, so a wait
+    /// that returns within 15 s did not wait for it.
+    @Test func fsyncAndSyncDoNotWaitForTheGatherWindow() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine { $0.gatherDelay = 30; $0.maxGatherTime = 30 }
+        defer { engine.shutdown(drainUntil: nil) }
+        let started = Date()
+        let generation = try fixture.put(engine, "/t.db-journal", bytes("journal"))
+        try engine.waitUntilCommitted(path: "/t.db-journal", generation: generation, timeout: 60)
+        #expect(Date().timeIntervalSince(started) < 15)
+        #expect(fixture.memory.content("/t.db-journal") == bytes("journal"))
+        // Two files closed, then sync: one batch, sent at once.
+        try fixture.put(engine, "/a", bytes("a"))
+        try fixture.put(engine, "/b", bytes("b"))
+        let synced = Date()
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(60)).isEmpty)
+        #expect(Date().timeIntervalSince(synced) < 15)
+        #expect(fixture.memory.content("/a") == bytes("a") && fixture.memory.content("/b") == bytes("b"))
+    }
+
     @Test func stagingFileServesReadsUntilCommitAndIsDeletedOnlyAfter() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.closeGate("upload")
