@@ -219,20 +219,21 @@ extension VFS {
 
     /// Journals the handle's changes (the engine's `close`): the file is then safe on disk and
     /// queued for upload. Throws ENOSPC/EIO if that failed (the bytes stay staged).
-    private func journal(_ handle: WriteHandle, force: Bool = false) throws(Errno) {
+    /// `durable: false` for fsync (see `WriteBackEngine.close`).
+    private func journal(_ handle: WriteHandle, force: Bool = false, durable: Bool = true) throws(Errno) {
         guard handle.wrote.exchange(false, ordering: .relaxed) || force else { return }
-        do throws(Errno) { try journalFile(handle.file) } catch {
+        do throws(Errno) { try journalFile(handle.file, durable: durable) } catch {
             handle.wrote.store(true, ordering: .relaxed)
             throw error
         }
     }
 
-    private func journalFile(_ file: LocalFile) throws(Errno) {
+    private func journalFile(_ file: LocalFile, durable: Bool = true) throws(Errno) {
         let writeBack = try requireWriteBack()
         try file.withLock { () throws(Errno) in
             guard file.writing, !file.unlinked, let path = metadata.path(of: file.ino) else { return }
             let modified = file.mtime ?? metadata.node(file.ino)?.file?.modified
-            file.generation = try writeBack.close(path: path, clientModified: modified)
+            file.generation = try writeBack.close(path: path, clientModified: modified, durable: durable)
             file.writing = false
         }
     }
@@ -250,13 +251,16 @@ extension VFS {
         guard let writeBack else { return }
         let handle = id.flatMap { localFiles.handle($0) }
         guard let file = handle?.file ?? localFiles.existing(ino) else { return }
-        if let handle, handle.mayWrite { try journal(handle) } else { try journalFile(file) }
+        // Journaled without disk flushes: the wait below makes the bytes durable on Dropbox.
+        if let handle, handle.mayWrite { try journal(handle, durable: false) } else { try journalFile(file, durable: false) }
         let generation = file.withLock { file.generation }
         guard generation > 0, let path = metadata.path(of: ino) else { return }
         do throws(WriteBackError) {
             try writeBack.waitUntilCommitted(path: path, generation: generation, timeout: Self.fsyncTimeout)
         } catch {
             logger.warning("fsync of \(path): \(error)")
+            // Not on Dropbox: at least on disk, as a close would have made it.
+            writeBack.makeDurable(path: path)
             throw error.errno
         }
     }

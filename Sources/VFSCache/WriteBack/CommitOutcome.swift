@@ -102,8 +102,10 @@ extension WriteBackEngine {
             }
             live.append(job)
         }
+        // Someone waits for all of these (fsync, sync): durability comes from Dropbox.
+        let durable = !live.allSatisfy { job in files[job.key].map { isUrgent($0, generation: job.record.generation) } ?? false }
         do {
-            try journal.database.transaction { for job in live { try journal.save(job.record) } }
+            try journal.database.transaction(durable: durable) { for job in live { try journal.save(job.record) } }
         } catch {
             WriteBackLog.error("cannot update the journal before a commit: \(error)")
             for job in live { finishLocked(job) }
@@ -186,9 +188,12 @@ extension WriteBackEngine {
             dirty.lastError = nil
             dirty.hardError = nil
             if var record = dirty.record, record.generation == job.record.generation, !dirty.writing {
-                // The latest bytes are on Dropbox: drop the row (durably), then the staging file.
+                // The latest bytes are on Dropbox: drop the row, then the staging file. The row
+                // need not reach the disk before the staging file goes: a row that comes back
+                // after a crash finds its staging file missing and is dropped, or finds our bytes
+                // on Dropbox ("committing").
                 do {
-                    try journal.database.transaction {
+                    try journal.database.transaction(durable: false) {
                         try journal.delete(pathKey: job.key)
                         try journal.forgetChunks(staging: record.staging)
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }

@@ -98,10 +98,12 @@ public final class SQLiteDatabase: @unchecked Sendable {
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
     private var transactionDepth = 0
+    private let fullSync: Bool
 
     /// Opens (creating if needed) the database file at `path`.
     public init(path: String, options: Options = Options()) throws(SQLiteError) {
         self.path = path
+        self.fullSync = options.fullSync
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
@@ -188,13 +190,19 @@ public final class SQLiteDatabase: @unchecked Sendable {
     }
 
     /// Runs `body` in one transaction (BEGIN IMMEDIATE … COMMIT), rolled back if it throws. A nested
-    /// call joins the outer transaction. With `synchronous=FULL` the commit is durable on return.
-    public func transaction<T>(_ body: () throws -> T) throws -> T {
+    /// call joins the outer transaction. With `synchronous=FULL` the commit is durable on return,
+    /// unless `durable` is false: then it is written without a flush (it survives the process
+    /// being killed, not a power cut), and becomes durable with the next durable commit (the WAL
+    /// is append-only, so its flush covers every frame before it).
+    public func transaction<T>(durable: Bool = true, _ body: () throws -> T) throws -> T {
         lock.lock(); defer { lock.unlock() }
         if transactionDepth > 0 {
             transactionDepth += 1; defer { transactionDepth -= 1 }
             return try body()
         }
+        let relaxed = !durable && fullSync
+        if relaxed { try execute("PRAGMA synchronous=NORMAL") }
+        defer { if relaxed { try? execute("PRAGMA synchronous=FULL") } }
         try execute("BEGIN IMMEDIATE")
         transactionDepth = 1
         do {

@@ -130,8 +130,13 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// The last close: fsyncs the staging file, records it durably in the journal and queues the
     /// upload. Returns the generation to pass to `waitUntilCommitted`. Never waits for the network.
     /// `clientModified` is the file's mtime (nil: now). Throws `.noSpace` if the disk is full.
+    ///
+    /// `durable: false` is for fsync, which then waits until the bytes are on Dropbox: their
+    /// durability comes from Dropbox, so the staging file and the journal row are not flushed to
+    /// disk (three disk flushes saved per fsync; they survive the process being killed, not a
+    /// power cut, and an fsync that fails makes them durable with `makeDurable`).
     @discardableResult
-    public func close(path: String, clientModified: Date? = nil) throws(Errno) -> UInt64 {
+    public func close(path: String, clientModified: Date? = nil, durable: Bool = true) throws(Errno) -> UInt64 {
         let key = Self.key(path)
         // The fsync runs without the lock, so uploads and other closes go on meanwhile.
         condition.lock()
@@ -140,9 +145,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.unlock()
         guard let file else { throw Errno.badFile }
         let size = try file.size()
-        try file.sync()
-        // A new staging file's name must survive a power cut too, not only its bytes.
-        if firstClose { stagingArea.syncDirectory() }
+        if durable {
+            try file.sync()
+            // A new staging file's name must survive a power cut too, not only its bytes.
+            if firstClose { stagingArea.syncDirectory() }
+        }
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[key], dirty.file === file else { throw Errno.badFile }
         guard !dead else { throw Errno.io }
@@ -161,8 +168,9 @@ public final class WriteBackEngine: @unchecked Sendable {
         record.lastError = nil
         record.attempts = 0
         let streamedSession = handOverStreaming(dirty, record: &record)
+        if !durable { dirty.urgentThrough = max(dirty.urgentThrough, generation) }
         do {
-            try journal.database.transaction {
+            try journal.database.transaction(durable: durable) {
                 try journal.forgetChunks(staging: record.staging, keepingSession: streamedSession)
                 try journal.save(record)
                 try journal.saveGeneration(generation)
@@ -248,6 +256,27 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
     }
 
+    /// After a failed fsync: the bytes of `path` and its journal row reach the disk, as a close
+    /// would have made them (the fsync journaled them without flushing).
+    public func makeDurable(path: String) {
+        condition.lock()
+        let dirty = files[Self.key(path)]
+        condition.unlock()
+        guard let dirty else { return }
+        do {
+            try dirty.file.sync()
+            stagingArea.syncDirectory()
+            try journal.database.transaction { try journal.saveGeneration(generationCounterSnapshot()) }
+        } catch {
+            WriteBackLog.error("cannot make the journal of \(path) durable: \(error)")
+        }
+    }
+
+    private func generationCounterSnapshot() -> UInt64 {
+        condition.lock(); defer { condition.unlock() }
+        return generationCounter
+    }
+
     /// Runs every event emitted so far (their handlers included) before returning. The facade
     /// calls it inside `remove`/`rename`, once no upload of the paths is in flight and before
     /// its tree changes: a commit event still queued for the old path would otherwise reach the
@@ -275,7 +304,6 @@ public final class WriteBackEngine: @unchecked Sendable {
         // Someone waits: no gathering for a batch (an fsync per SQLite transaction would wait
         // out the window every time).
         if let dirty = files[key] { dirty.urgentThrough = max(dirty.urgentThrough, generation) }
-        sealWindowHolding { $0 == key }
         condition.broadcast()
         while true {
             guard let dirty = files[key], let record = dirty.record,
@@ -296,7 +324,6 @@ public final class WriteBackEngine: @unchecked Sendable {
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.
         urgentThrough = max(urgentThrough, target)
-        sealWindowHolding { _ in true }
         condition.broadcast()
         while true {
             let left = files.filter { _, dirty in
@@ -392,11 +419,6 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Whether someone waits for this upload (fsync, sync): it is sent without gathering.
     func isUrgent(_ dirty: DirtyFile, generation: UInt64) -> Bool {
         generation <= max(urgentThrough, dirty.urgentThrough)
-    }
-
-    /// Seals the open batch window if it holds a job whose key matches (lock held).
-    func sealWindowHolding(_ matches: (String) -> Bool) {
-        if let window, window.jobs.contains(where: { matches($0.key) }) { seal(window) }
     }
 
     /// Drops `revisionsAfterCommit` at and under `key` (lock held).
@@ -581,8 +603,14 @@ public final class WriteBackEngine: @unchecked Sendable {
                         jobPool.submit { self.runLargeUpload(job) }
                     } else {
                         addToWindow(start(key, dirty, large: false), now: now)
-                        if isUrgent(dirty, generation: record.generation), let window { seal(window) }
                     }
+                }
+                // Everything ready is in the window now: if someone waits for one of its files
+                // (fsync, sync), send it without gathering more.
+                if let window, window.jobs.contains(where: { job in
+                    files[job.key].map { isUrgent($0, generation: job.record.generation) } ?? false
+                }) {
+                    seal(window)
                 }
             }
             if let window {
