@@ -189,7 +189,7 @@ extension MetadataCache {
         case .file(let file): kind = .file(size: file.size, rev: file.rev, contentHash: file.contentHash,
                                            clientModified: file.modified, serverModified: file.modified)
         }
-        return RemoteEntry(id: id, name: node.name, pathLower: path.lowercased(), pathDisplay: path, kind: kind)
+        return RemoteEntry(id: id, name: node.name, pathLower: path.lowercased(), pathDisplay: path, kind: kind, flags: node.flags)
     }
 
     /// Loads a persisted tree (parents before children) and its cursor. The tree counts as fresh
