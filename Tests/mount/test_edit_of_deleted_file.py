@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+from mount_support import TOKEN, Emulator, mount_of
 
 
 @pytest.fixture
@@ -24,9 +24,8 @@ def emu(tmp_path):
 
 
 def test_an_edit_of_a_file_deleted_elsewhere_recreates_it(dbxfs_binary, emu, tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as m:
+    with mount_of(dbxfs_binary, emu, tmp_path) as m:
+        mnt = tmp_path / "mnt"
         with open(mnt / "edit.txt", "r+") as f:
             assert f.read() == "version 1\n"
             f.seek(0)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+from mount_support import TOKEN, Emulator, mount_of
 
 PAPER = "# Plan\n\n- write the tests\n- fix the client\n"
 URL = '{"url": "https://example.com/"}'
@@ -34,9 +34,7 @@ def emu(tmp_path):
 
 @pytest.fixture
 def mnt(dbxfs_binary, emu, tmp_path):
-    path = tmp_path / "mnt"
-    path.mkdir()
-    with Mount(dbxfs_binary, path, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as m:
+    with mount_of(dbxfs_binary, emu, tmp_path) as m:
         yield m
 
 

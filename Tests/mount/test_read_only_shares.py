@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+from mount_support import TOKEN, Emulator, mount_of
 
 
 @pytest.fixture
@@ -33,9 +33,7 @@ def emu(tmp_path):
 
 @pytest.fixture
 def mnt(dbxfs_binary, emu, tmp_path):
-    path = tmp_path / "mnt"
-    path.mkdir()
-    with Mount(dbxfs_binary, path, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as m:
+    with mount_of(dbxfs_binary, emu, tmp_path) as m:
         yield m
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+from mount_support import TOKEN, Emulator, mount_of
 
 GIB = 1 << 30
 
@@ -35,13 +35,6 @@ def root_header(emu):
     return '{".tag": "root", "root": "%s"}' % ns
 
 
-def mount(binary, emu, tmp_path, name="m", *extra):
-    mnt = tmp_path / f"mnt-{name}"
-    mnt.mkdir(exist_ok=True)
-    return Mount(binary, mnt, dropbox_args(emu, tmp_path / f"cache-{name}", *extra), env=dropbox_env(),
-                 log_path=tmp_path / f"{name}.log")
-
-
 def wait_for(predicate, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -55,7 +48,7 @@ def wait_for(predicate, timeout=10):
 
 
 def test_default_mount_shows_the_team_root(dbxfs_binary, team, tmp_path):
-    with mount(dbxfs_binary, team, tmp_path) as m:
+    with mount_of(dbxfs_binary, team, tmp_path) as m:
         top = sorted(os.listdir(m.path))
         assert top == ["Emulated User", "Team Folder"], top + [m.read_log()]
         with open(os.path.join(m.path, "Team Folder", "plan.txt")) as f:
@@ -75,7 +68,7 @@ def test_default_mount_shows_the_team_root(dbxfs_binary, team, tmp_path):
 
 
 def test_root_may_be_a_team_folder(dbxfs_binary, team, tmp_path):
-    with mount(dbxfs_binary, team, tmp_path, "tf", "--root", "/Team Folder") as m:
+    with mount_of(dbxfs_binary, team, tmp_path, "tf", "--root", "/Team Folder") as m:
         assert sorted(os.listdir(m.path)) == ["plan.txt"], m.read_log()
         with open(os.path.join(m.path, "new.txt"), "w") as f:
             f.write("in the team folder\n")
@@ -85,7 +78,7 @@ def test_root_may_be_a_team_folder(dbxfs_binary, team, tmp_path):
 
 
 def test_member_folder_option_mounts_the_member_folder_alone(dbxfs_binary, team, tmp_path):
-    with mount(dbxfs_binary, team, tmp_path, "home", "--member-folder") as m:
+    with mount_of(dbxfs_binary, team, tmp_path, "home", "--member-folder") as m:
         assert sorted(os.listdir(m.path)) == ["mine"], m.read_log()
         with open(os.path.join(m.path, "mine", "note.txt")) as f:
             assert f.read() == "member file\n"
@@ -95,21 +88,21 @@ def test_app_folder_app_mounts_without_the_path_root(dbxfs_binary, team, tmp_pat
     """An App-folder app may not send Dropbox-API-Path-Root (400 "Path root is not supported for
     sandbox app", rclone #5089): the mount says so and serves the member's namespace."""
     team.account(app_folder=True)
-    with mount(dbxfs_binary, team, tmp_path, "app") as m:
+    with mount_of(dbxfs_binary, team, tmp_path, "app") as m:
         assert sorted(os.listdir(m.path)) == ["mine"], m.read_log()
         assert "App folder" in m.read_log()
 
 
 def test_df_shows_the_team_allocation_less_the_team_usage(dbxfs_binary, team, tmp_path):
     team.account(team_used_by_others=3 * GIB)
-    with mount(dbxfs_binary, team, tmp_path, "df") as m:
+    with mount_of(dbxfs_binary, team, tmp_path, "df") as m:
         st = os.statvfs(m.path)
         total, free = st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize
         assert total == 10 * GIB
         # The team uses 3 GiB (other members) plus the few bytes of this tree.
         assert 7 * GIB - (1 << 20) <= free <= 7 * GIB, (total, free)
     team.account(member_space_limit=GIB, member_limit_type="stop_sync")
-    with mount(dbxfs_binary, team, tmp_path, "df2") as m:
+    with mount_of(dbxfs_binary, team, tmp_path, "df2") as m:
         st = os.statvfs(m.path)
         total, free = st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize
         assert total == GIB and GIB - (1 << 20) <= free <= GIB, (total, free)

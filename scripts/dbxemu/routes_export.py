@@ -24,9 +24,9 @@ import json
 import os
 import threading
 
-from .errors import RouteError, lookup_error
+from .errors import RouteError
 from .hashing import ContentHasher
-from .routes_files import Download, args, get_field
+from .routes_files import Download, args, get_field, read_file_row
 from .storage import metadata
 from . import paths
 
@@ -130,14 +130,7 @@ def export(call):
     app = call.app
     store = app.store
     with store.lock:
-        if path.startswith("rev:"):
-            row = store.get_revision(path[4:])
-        else:
-            row = store.resolve(path).row
-        if row is None:
-            raise lookup_error("not_found")
-        if row["is_folder"]:
-            raise lookup_error("not_file")
+        row = read_file_row(store, path)
         known = app.exports.get(row["id"])
         if known is None:
             raise RouteError({".tag": "non_exportable"})

@@ -304,6 +304,22 @@ class Download:
         self.etag = etag
 
 
+def read_file_row(store, path, rev=None):
+    """The file a ReadPath names (`/a`, `id:`, `ns:`, `rev:`, or the deprecated `rev` field); call
+    with store.lock held. 409 path/not_found, path/not_file."""
+    if path.startswith("rev:") or rev:
+        row = store.get_revision(path[4:] if path.startswith("rev:") else rev)
+        if row is None:
+            raise lookup_error("not_found")
+        return row
+    row = store.resolve(path).row
+    if row is None:
+        raise lookup_error("not_found")
+    if row["is_folder"]:
+        raise lookup_error("not_file")
+    return row
+
+
 def download(call):
     arg = args(call)
     path = get_field(arg, "path", str, required=True)
@@ -311,16 +327,7 @@ def download(call):
     rev = get_field(arg, "rev", str)
     store = call.app.store
     with store.lock:
-        if path.startswith("rev:") or rev:
-            row = store.get_revision(path[4:] if path.startswith("rev:") else rev)
-            if row is None:
-                raise lookup_error("not_found")
-        else:
-            row = store.resolve(path).row
-            if row is None:
-                raise lookup_error("not_found")
-            if row["is_folder"]:
-                raise lookup_error("not_file")
+        row = read_file_row(store, path, rev)
         call.app.exports.refuse_download(row)
         md = metadata(row, tag=False)
         # Opened under the lock: the data stays readable even if a concurrent overwrite
