@@ -90,6 +90,8 @@ extension DropboxClient {
         }
         var headers: [String] = []
         if route.authenticated, let token = context.accessToken { headers.append("Authorization: Bearer \(token)") }
+        // Every call, longpoll included: paths, ids and cursors all live in the chosen namespace.
+        if let pathRoot = configuration.pathRoot { headers.append("Dropbox-API-Path-Root: \(pathRoot.headerValue)") }
         var requestBody: UploadBody
         switch route.style {
         case .rpc:

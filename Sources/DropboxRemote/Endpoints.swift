@@ -49,14 +49,17 @@ public struct ClientConfiguration: Sendable {
     public var retryPolicy: RetryPolicy
     /// Idle easy handles kept for reuse (each keeps its connection open).
     public var maxIdleHandles: Int
+    /// Sent as `Dropbox-API-Path-Root` on every call (nil: none, the home namespace). A team
+    /// member needs `.root(root_namespace_id)` to see the team space (rclone #2003, Maestral).
+    public var pathRoot: PathRoot?
 
     public static let version = "0.1.0"
 
     public init(endpoints: Endpoints = .dropbox, extraCAFile: String? = nil, connectTimeout: Int = 15,
                 lowSpeedTimeout: Int = 60, userAgent: String = "dbxfs/\(ClientConfiguration.version)",
-                retryPolicy: RetryPolicy = RetryPolicy(), maxIdleHandles: Int = 32) {
+                retryPolicy: RetryPolicy = RetryPolicy(), maxIdleHandles: Int = 32, pathRoot: PathRoot? = nil) {
         self.endpoints = endpoints; self.extraCAFile = extraCAFile; self.connectTimeout = connectTimeout
         self.lowSpeedTimeout = lowSpeedTimeout; self.userAgent = userAgent; self.retryPolicy = retryPolicy
-        self.maxIdleHandles = maxIdleHandles
+        self.maxIdleHandles = maxIdleHandles; self.pathRoot = pathRoot
     }
 }

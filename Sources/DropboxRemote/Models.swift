@@ -15,13 +15,21 @@ public struct FileMetadata: Sendable, Equatable {
     public var clientModified: Date
     public var serverModified: Date
     public var contentHash: String?
+    /// False for Paper docs, Google Docs/Sheets/Slides and `.web` shortcuts: `files/download`
+    /// refuses them (`unsupported_file`); `export` gives their content in `exportInfo`'s format.
     public var isDownloadable: Bool
+    /// How a file that is not downloadable can be exported (files.stone ExportInfo).
+    public var exportInfo: ExportInfo?
+    /// Set inside a shared folder (files.stone FileSharingInfo).
+    public var sharingInfo: SharingInfo?
 
     public init(name: String, id: String, pathLower: String?, pathDisplay: String?, rev: String, size: UInt64,
-                clientModified: Date, serverModified: Date, contentHash: String?, isDownloadable: Bool = true) {
+                clientModified: Date, serverModified: Date, contentHash: String?, isDownloadable: Bool = true,
+                exportInfo: ExportInfo? = nil, sharingInfo: SharingInfo? = nil) {
         self.name = name; self.id = id; self.pathLower = pathLower; self.pathDisplay = pathDisplay
         self.rev = rev; self.size = size; self.clientModified = clientModified
         self.serverModified = serverModified; self.contentHash = contentHash; self.isDownloadable = isDownloadable
+        self.exportInfo = exportInfo; self.sharingInfo = sharingInfo
     }
 
     /// Decodes a FileMetadata object, with or without its `.tag`.
@@ -38,6 +46,44 @@ public struct FileMetadata: Sendable, Equatable {
         contentHash = json["content_hash"]?.string
         // The spec's default is true; Go decodes a missing field as false. We follow the spec.
         isDownloadable = json["is_downloadable"]?.bool ?? true
+        exportInfo = json["export_info"].map(ExportInfo.init(json:))
+        sharingInfo = json["sharing_info"].map(SharingInfo.init(json:))
+    }
+}
+
+/// files.stone `ExportInfo`: the format an export gives by default (`export_as`; nil when the
+/// file cannot be exported either) and the others it accepts.
+public struct ExportInfo: Sendable, Equatable {
+    public var exportAs: String?
+    public var exportOptions: [String]
+
+    public init(exportAs: String?, exportOptions: [String] = []) {
+        self.exportAs = exportAs; self.exportOptions = exportOptions
+    }
+
+    init(json: JSON) {
+        exportAs = json["export_as"]?.string
+        exportOptions = json["export_options"]?.array?.compactMap(\.string) ?? []
+    }
+}
+
+/// files.stone `FileSharingInfo` / `FolderSharingInfo`: set on everything inside a shared
+/// folder. `readOnly`: "True if the file or folder is inside a read-only shared folder".
+public struct SharingInfo: Sendable, Equatable {
+    public var readOnly: Bool
+    /// The shared folder that holds this entry.
+    public var parentSharedFolderID: String?
+    /// On a shared folder's mount point: the folder's own namespace id.
+    public var sharedFolderID: String?
+
+    public init(readOnly: Bool, parentSharedFolderID: String? = nil, sharedFolderID: String? = nil) {
+        self.readOnly = readOnly; self.parentSharedFolderID = parentSharedFolderID; self.sharedFolderID = sharedFolderID
+    }
+
+    init(json: JSON) {
+        readOnly = json["read_only"]?.bool ?? false
+        parentSharedFolderID = json["parent_shared_folder_id"]?.string
+        sharedFolderID = json["shared_folder_id"]?.string
     }
 }
 
@@ -46,9 +92,12 @@ public struct FolderMetadata: Sendable, Equatable {
     public var id: String
     public var pathLower: String?
     public var pathDisplay: String?
+    /// Set on a shared folder and on every folder inside one (files.stone FolderSharingInfo).
+    public var sharingInfo: SharingInfo?
 
-    public init(name: String, id: String, pathLower: String?, pathDisplay: String?) {
+    public init(name: String, id: String, pathLower: String?, pathDisplay: String?, sharingInfo: SharingInfo? = nil) {
         self.name = name; self.id = id; self.pathLower = pathLower; self.pathDisplay = pathDisplay
+        self.sharingInfo = sharingInfo
     }
 
     public init(json: JSON) throws(DropboxError) {
@@ -56,6 +105,7 @@ public struct FolderMetadata: Sendable, Equatable {
         id = try json.required("id")
         pathLower = json["path_lower"]?.string
         pathDisplay = json["path_display"]?.string
+        sharingInfo = json["sharing_info"].map(SharingInfo.init(json:))
     }
 }
 
@@ -213,22 +263,37 @@ public struct FullAccount: Sendable, Equatable {
     }
 }
 
-/// Stone `SpaceUsage`.
+/// Stone `SpaceUsage` (users.stone).
 public struct SpaceUsage: Sendable, Equatable {
     public enum Allocation: Sendable, Equatable {
         case individual(allocated: UInt64)
-        case team(used: UInt64, allocated: UInt64)
+        /// `TeamSpaceAllocation`: the team's own `used` and `allocated`, and the member's limit
+        /// inside it (`memberLimit` 0: none; `memberLimitType` off, alert_only or stop_sync).
+        case team(used: UInt64, allocated: UInt64, memberLimit: UInt64, memberLimitType: String)
         case other
     }
+    /// The user's own usage ("The user's total space usage").
     public var used: UInt64
     public var allocation: Allocation
 
-    /// Bytes this user may use (for a team, the team's allocation); 0 when unknown.
-    public var allocated: UInt64 {
+    public init(used: UInt64, allocation: Allocation) { self.used = used; self.allocation = allocation }
+
+    /// What a filesystem should report: its size and how much of it is taken. For a personal
+    /// account the allocation and the user's usage. For a team member, the team's allocation and
+    /// the team's usage (every member's bytes count against it), or the member's own limit and
+    /// usage where the admin set one, whichever leaves less free (Maestral's convert_space_usage
+    /// reads the same fields).
+    public var filesystem: (size: UInt64, used: UInt64) {
         switch allocation {
-        case .individual(let a): a
-        case .team(_, let a): a
-        case .other: 0
+        case .individual(let allocated):
+            return (allocated, min(used, allocated))
+        case .team(let teamUsed, let teamAllocated, let memberLimit, let limitType):
+            let teamFree = teamAllocated - min(teamUsed, teamAllocated)
+            guard memberLimit > 0, limitType != "off" else { return (teamAllocated, teamAllocated - teamFree) }
+            let free = min(memberLimit - min(used, memberLimit), teamFree)
+            return (memberLimit, memberLimit - free)
+        case .other:
+            return (0, 0)
         }
     }
 
@@ -238,9 +303,47 @@ public struct SpaceUsage: Sendable, Equatable {
         let a = json["allocation"]
         switch a?.tag {
         case "individual": allocation = .individual(allocated: a?["allocated"]?.uint64 ?? 0)
-        case "team": allocation = .team(used: a?["used"]?.uint64 ?? 0, allocated: a?["allocated"]?.uint64 ?? 0)
+        case "team":
+            allocation = .team(used: a?["used"]?.uint64 ?? 0, allocated: a?["allocated"]?.uint64 ?? 0,
+                               memberLimit: a?["user_within_team_space_allocated"]?.uint64 ?? 0,
+                               memberLimitType: a?["user_within_team_space_limit_type"]?.tag ?? "off")
         default: allocation = .other
         }
+    }
+}
+
+/// Stone `PathRoot` (common.stone): which namespace paths, ids and cursors are relative to, sent
+/// as the `Dropbox-API-Path-Root` header. Without it Dropbox uses the home namespace, where a
+/// team member sees only their member folder (developers.dropbox.com/dbx-team-files-guide).
+public enum PathRoot: Sendable, Equatable {
+    case home
+    /// The user's root namespace, checked by Dropbox: a stale one answers 422 invalid_root.
+    case root(String)
+    case namespaceID(String)
+
+    /// The header value, e.g. `{".tag": "root", "root": "7"}`.
+    public var headerValue: String {
+        let json: JSON = switch self {
+        case .home: [".tag": "home"]
+        case .root(let ns): [".tag": "root", "root": .string(ns)]
+        case .namespaceID(let ns): [".tag": "namespace_id", "namespace_id": .string(ns)]
+        }
+        return json.encoded(asciiOnly: true)
+    }
+}
+
+/// Stone `ExportMetadata`: what `files/export` produced.
+public struct ExportMetadata: Sendable, Equatable {
+    /// The export's name, with the format's extension (`Plan.paper` exported as md: `Plan.md`).
+    public var name: String
+    public var size: UInt64
+    public var exportHash: String?
+
+    init(json: JSON) throws(DropboxError) {
+        name = try json.required("name")
+        guard let size = json["size"]?.uint64 else { throw .unexpectedResponse("export metadata without size") }
+        self.size = size
+        exportHash = json["export_hash"]?.string
     }
 }
 

@@ -45,7 +45,7 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
         case .disallowedName, .malformedPath: self = .invalid
         case .invalidOperation: self = .invalid
         case .cursorReset, .sessionGone: self = .io
-        case .auth: self = .accessDenied
+        case .auth, .permissionDenied: self = .accessDenied
         case .rateLimited, .unavailable, .other: self = .io
         case .cancelled: self = Errno(ECANCELED)
         }

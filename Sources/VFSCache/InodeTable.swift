@@ -68,13 +68,15 @@ struct InodeTable {
     /// Inserts or updates the child `entry` of `parent`, keeping its inode when the kind is unchanged.
     @discardableResult
     mutating func upsert(_ entry: RemoteEntry, under parent: InodeNumber, generation: UInt64) -> InodeNumber? {
-        guard nodes[parent]?.isDirectory == true else { return nil }
+        guard let parentNode = nodes[parent], parentNode.isDirectory else { return nil }
         let key = Self.key(entry.name)
         let kind = Node.Kind(entry)
+        let flags = Self.flags(of: entry, inFolder: parentNode)
         if let existing = nodes[parent]?.children[key] {
             if var node = nodes[existing], node.local == .dirty {
                 // Local bytes win until their commit event: keep our size and times.
                 node.name = entry.name
+                node.flags = flags
                 if !entry.isFolder { node.id = entry.id }
                 node.generation = max(node.generation, generation)
                 nodes[existing] = node
@@ -83,6 +85,7 @@ struct InodeTable {
             if var node = nodes[existing], node.isDirectory == entry.isFolder {
                 node.name = entry.name
                 node.kind = kind
+                node.flags = flags
                 node.id = entry.id
                 // Never lower it: a lookup racing a listing must not get its entry swept.
                 node.generation = max(node.generation, generation)
@@ -94,11 +97,20 @@ struct InodeTable {
         let ino = nextIno
         nextIno += 1
         var node = Node(ino: ino, parent: parent, name: entry.name, kind: kind, id: entry.id)
+        node.flags = flags
         node.generation = generation
         nodes[ino] = node
         nodes[parent]!.children[key] = ino
         clearNegative(key, in: parent)
         return ino
+    }
+
+    /// An entry's flags as its node keeps them: an entry without sharing_info inside a read-only
+    /// folder is read-only too (files.stone: read_only means "inside a read-only shared folder").
+    static func flags(of entry: RemoteEntry, inFolder folder: Node) -> RemoteEntry.Flags {
+        var flags = entry.flags
+        if !flags.contains(.shared), folder.flags.contains(.readOnly) { flags.insert(.readOnly) }
+        return flags
     }
 
     /// Applies an entry from a recursive listing or a change feed, where only the path says

@@ -24,13 +24,20 @@ public final class MetadataStore: Sendable {
     public var path: String { database.path }
 
     /// Bumped when the schema changes: an older file is then emptied, not misread.
-    private static let schemaVersion = 1
+    /// 2: entries.flags (read-only, export-only).
+    private static let schemaVersion = 2
 
     public init(directory: URL) throws(SQLiteError) {
         database = try SQLiteDatabase(path: directory.appendingPathComponent("metadata.sqlite3").path,
                                       options: SQLiteDatabase.Options(writeAheadLog: true, fullSync: false))
+        try database.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
+        let version = try database.query("SELECT value FROM state WHERE key = 'schema'").first?.text("value")
+        if version != String(Self.schemaVersion) {
+            // Another layout: start empty (the next mount lists the tree again).
+            try database.execute("DROP TABLE IF EXISTS entries; DELETE FROM state;")
+            try database.run("INSERT INTO state (key, value) VALUES ('schema', ?)", [String(Self.schemaVersion)])
+        }
         try database.execute("""
-            CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS entries (
                 path_lower TEXT PRIMARY KEY,
                 path_display TEXT NOT NULL,
@@ -39,14 +46,10 @@ public final class MetadataStore: Sendable {
                 size INTEGER NOT NULL DEFAULT 0,
                 rev TEXT,
                 content_hash TEXT,
-                modified REAL NOT NULL DEFAULT 0
+                modified REAL NOT NULL DEFAULT 0,
+                flags INTEGER NOT NULL DEFAULT 0
             ) WITHOUT ROWID;
             """)
-        let version = try database.query("SELECT value FROM state WHERE key = 'schema'").first?.text("value")
-        if version != String(Self.schemaVersion) {
-            try database.execute("DELETE FROM entries; DELETE FROM state;")
-            try database.run("INSERT INTO state (key, value) VALUES ('schema', ?)", [String(Self.schemaVersion)])
-        }
     }
 
     public func close() { database.close() }
@@ -76,7 +79,8 @@ public final class MetadataStore: Sendable {
                              clientModified: modified, serverModified: modified)
             }
             entries.append(RemoteEntry(id: row.text("id") ?? "", name: name, pathLower: row.text("path_lower") ?? "",
-                                       pathDisplay: display, kind: kind))
+                                       pathDisplay: display, kind: kind,
+                                       flags: RemoteEntry.Flags(rawValue: UInt8(truncatingIfNeeded: row.int("flags") ?? 0))))
         }
         return entries
     }
@@ -129,9 +133,10 @@ public final class MetadataStore: Sendable {
         }
         // Our own lowercasing of the display path, the same key the tree files names under.
         try database.run("""
-            INSERT OR REPLACE INTO entries (path_lower, path_display, id, folder, size, rev, content_hash, modified)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, [entry.pathDisplay.lowercased(), entry.pathDisplay, entry.id, entry.isFolder, size, rev, hash, modified])
+            INSERT OR REPLACE INTO entries (path_lower, path_display, id, folder, size, rev, content_hash, modified, flags)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [entry.pathDisplay.lowercased(), entry.pathDisplay, entry.id, entry.isFolder, size, rev, hash, modified,
+                  Int(entry.flags.rawValue)])
     }
 
     private func deleteSubtree(_ pathLower: String, includingSelf: Bool) throws(SQLiteError) {

@@ -48,6 +48,9 @@ struct Node: Sendable {
     /// Dropbox id ("id:..."); nil for the mount root.
     var id: String?
     var local: LocalState = .remote
+    /// Read-only (shared folder) and export-only marks, from Dropbox (RemoteEntry.Flags); one
+    /// byte, in the padding after `local`.
+    var flags: RemoteEntry.Flags = []
     /// FUSE lookup count: the kernel's references to this inode.
     var lookupCount: UInt64 = 0
     /// Listing generation that last confirmed this node (mark and sweep of stale entries).
@@ -65,6 +68,9 @@ struct Node: Sendable {
     var isDirectory: Bool { kind == .directory }
     var isAttached: Bool { parent != 0 || ino == rootInode }
     var file: FileMetadata? { if case .file(let meta) = kind { return meta } else { return nil } }
+    /// Dropbox refuses writes to it (a read-only shared folder, or a file it can only export).
+    var isReadOnly: Bool { !flags.isDisjoint(with: [.readOnly, .exportOnly]) }
+    var isExportOnly: Bool { flags.contains(.exportOnly) }
 }
 
 extension Node.Kind {

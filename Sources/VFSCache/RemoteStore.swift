@@ -25,9 +25,27 @@ public struct RemoteEntry: Sendable, Equatable {
     /// Full path relative to the mount root, display case.
     public var pathDisplay: String
     public var kind: Kind
+    /// What Dropbox allows with the entry beyond reading it (docs/SEMANTICS.md, "Shared folders"
+    /// and "Files Dropbox cannot download").
+    public var flags: Flags
 
-    public init(id: String, name: String, pathLower: String, pathDisplay: String, kind: Kind) {
+    /// Rare properties of an entry; a set of bits so a node carries them at no cost.
+    public struct Flags: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// The entry carries Dropbox's sharing_info (it is in a shared folder, or is one): its own
+        /// `readOnly` decides. Entries without it inherit read-only from their folder.
+        public static let shared = Flags(rawValue: 1 << 0)
+        /// Inside a read-only shared folder: Dropbox refuses every write (no_write_permission).
+        public static let readOnly = Flags(rawValue: 1 << 1)
+        /// Not downloadable (a Paper doc, a Google Doc, a .web shortcut): read through `export`
+        /// in the format Dropbox names, never written.
+        public static let exportOnly = Flags(rawValue: 1 << 2)
+    }
+
+    public init(id: String, name: String, pathLower: String, pathDisplay: String, kind: Kind, flags: Flags = []) {
         self.id = id; self.name = name; self.pathLower = pathLower; self.pathDisplay = pathDisplay; self.kind = kind
+        self.flags = flags
     }
 
     public var isFolder: Bool { if case .folder = kind { return true } else { return false } }
@@ -110,6 +128,9 @@ public enum RemoteError: Error, Sendable, Equatable {
     case sessionGone(String)
     /// Token missing, revoked or expired past refresh.
     case auth(String)
+    /// Dropbox refuses to write there (no_write_permission: a read-only shared folder). Unlike
+    /// `auth`, time does not fix it: the write-back engine keeps the bytes and stops retrying.
+    case permissionDenied(String)
     /// Still rate limited after the retry budget.
     case rateLimited(retryAfter: Double)
     /// 5xx or transport failure after the retry budget: the network or the server is down.
@@ -161,4 +182,21 @@ public protocol RemoteStore: Sendable {
 
     /// Bytes used and allocated on the account.
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64)
+
+    /// The content of an `exportOnly` file (by path or id), in its default export format.
+    /// Has a default implementation that throws `.notFile`.
+    func export(path: String) throws(RemoteError) -> ExportedFile
+}
+
+/// What `export` gives: the bytes, and the rev of the file they were made from.
+public struct ExportedFile: Sendable, Equatable {
+    public var data: [UInt8]
+    public var rev: String
+    public init(data: [UInt8], rev: String) { self.data = data; self.rev = rev }
+}
+
+extension RemoteStore {
+    public func export(path: String) throws(RemoteError) -> ExportedFile {
+        throw .notFile("\(path): this remote cannot export files")
+    }
 }

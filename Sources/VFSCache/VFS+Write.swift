@@ -23,6 +23,39 @@ extension VFS {
         return writeBack
     }
 
+    // MARK: What Dropbox refuses to write
+
+    /// EACCES for a change Dropbox would refuse (no_write_permission in a read-only shared
+    /// folder; content written over a file it can only export), before anything is staged, so
+    /// nothing waits in the journal for an upload that can never land (docs/SEMANTICS.md).
+    private func refuse(_ what: String, _ path: String, _ why: String) -> Errno {
+        logger.info("\(what) \(path.isEmpty ? "/" : path): refused (EACCES), \(why)")
+        return .accessDenied
+    }
+
+    /// Content changes (write, truncate, utimens) to `node`.
+    private func requireWritableContent(_ node: Node, _ what: String) throws(Errno) {
+        let path = metadata.path(of: node.ino) ?? node.name
+        if node.isExportOnly { throw refuse(what, path, "Dropbox can only export this file, not take new content for it") }
+        if node.flags.contains(.readOnly), node.id != nil { throw refuse(what, path, "it is in a read-only shared folder") }
+    }
+
+    /// New entries in, or entries taken out of, the folder `ino`.
+    private func requireWritableFolder(_ ino: InodeNumber, _ what: String) throws(Errno) {
+        guard let folder = metadata.node(ino), folder.flags.contains(.readOnly) else { return }
+        throw refuse(what, metadata.path(of: ino) ?? folder.name, "the folder is a read-only shared folder")
+    }
+
+    /// Deleting or moving `node` (out of `parent`). A file that only exists here (its upload was
+    /// refused) may always leave: that is how its bytes are saved.
+    private func requireRemovable(_ node: Node, from parent: InodeNumber, _ what: String) throws(Errno) {
+        guard node.id != nil else { return }
+        if node.flags.contains(.readOnly) {
+            throw refuse(what, metadata.path(of: node.ino) ?? node.name, "it is in a read-only shared folder")
+        }
+        try requireWritableFolder(parent, what)
+    }
+
     // MARK: Open, read, write
 
     /// Opens for writing, or for reading a file whose latest bytes are local. nil: a plain read of
@@ -42,6 +75,7 @@ extension VFS {
         let node: Node
         if !wantsWrite, let cached = metadata.node(ino) { node = cached } else { node = try metadata.refreshedNode(ino) }
         guard let meta = node.file else { throw .isDirectory }
+        if wantsWrite { try requireWritableContent(node, "open for writing") }
         guard let path = metadata.path(of: ino) else { throw .noEntry }
         let existing = localFiles.existing(ino)
         let engineStaging = writeBack.stagingFile(path: path)
@@ -239,8 +273,10 @@ extension VFS {
     }
 
     func flushLocal(_ ino: InodeNumber, handle id: HandleID) throws(Errno) {
-        guard let handle = localFiles.handle(id), let writeBack else { return }
-        if handle.mayWrite { try journal(handle) }
+        // Only writers hear of an earlier upload's failure: a reader's close (cat of a file whose
+        // upload was refused) has nothing to do with it.
+        guard let handle = localFiles.handle(id), handle.mayWrite, let writeBack else { return }
+        try journal(handle)
         if let path = metadata.path(of: ino), let error = writeBack.failure(path: path) {
             logger.warning("\(path): an earlier upload failed: \(error)")
             throw Errno(error)
@@ -297,6 +333,7 @@ extension VFS {
             if changes.size != nil { throw .isDirectory }
             return attributes(of: node)   // folders have no times on Dropbox: accepted, not kept
         }
+        try requireWritableContent(node, changes.size != nil ? "truncate" : "set the time of")
         guard let path = metadata.path(of: ino) else { throw .noEntry }
         let handle = id.flatMap { localFiles.handle($0) }.flatMap { $0.ino == ino && $0.mayWrite ? $0 : nil }
         let file = handle?.file ?? localFiles.file(ino)
@@ -348,6 +385,7 @@ extension VFS {
         }
         guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
         let path = parentPath + "/" + name
+        try requireWritableFolder(parent, "create \(name) in")
         let node = try metadata.insertLocalFile(parent: parent, name: name, modified: Date())
         let file = localFiles.file(node.ino)
         do throws(Errno) {
@@ -382,6 +420,7 @@ extension VFS {
         try checkName(name, in: parent)
         if try metadata.child(of: parent, named: name) != nil { throw .exists }
         guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
+        try requireWritableFolder(parent, "mkdir \(name) in")
         let path = parentPath + "/" + name
         let change = metadata.beginLocalChange()
         var changed: [String] = []
@@ -404,6 +443,7 @@ extension VFS {
         guard let node = try metadata.child(of: parent, named: name) else { throw .noEntry }
         if node.isDirectory { throw .isDirectory }
         guard let path = metadata.path(of: node.ino) else { throw .noEntry }
+        try requireRemovable(node, from: parent, "unlink")
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
@@ -424,6 +464,7 @@ extension VFS {
         guard let node = try metadata.child(of: parent, named: name) else { throw .noEntry }
         guard node.isDirectory else { throw .notDirectory }
         guard let path = metadata.path(of: node.ino) else { throw .noEntry }
+        try requireRemovable(node, from: parent, "rmdir")
         // Local children (pending uploads) count, and so does anything on the server now:
         // Dropbox deletes folders recursively, so emptiness is checked there, not in our
         // (possibly older) listing.
@@ -457,6 +498,8 @@ extension VFS {
         if flags.contains(.exchange) { throw .invalid }
         try checkName(newName, in: newParent)
         guard let source = try metadata.child(of: parent, named: name) else { throw .noEntry }
+        try requireRemovable(source, from: parent, "rename")
+        try requireWritableFolder(newParent, "rename \(name) into")
         var target = try metadata.child(of: newParent, named: newName)
         if target?.ino == source.ino { target = nil }   // a case-only rename
         if let target {

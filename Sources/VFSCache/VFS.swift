@@ -28,6 +28,8 @@ public final class VFS: FilesystemOperations, Sendable {
     public let writeBack: WriteBackEngine?
     /// Files written through the mount and their write handles.
     let localFiles = LocalFiles()
+    /// The exports of files Dropbox cannot download (ExportedFiles.swift).
+    let exported: ExportedFiles
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -41,6 +43,8 @@ public final class VFS: FilesystemOperations, Sendable {
     private struct HandleTables: ~Copyable {
         var files: [HandleID: OpenFile] = [:]
         var directories: [HandleID: DirectorySnapshot] = [:]
+        /// Opens of export-only files: the export's bytes, read from memory.
+        var exports: [HandleID: (ino: InodeNumber, data: [UInt8])] = [:]
     }
 
     /// Why a VFS could not be built (today: the disk cache directory is unusable).
@@ -89,6 +93,7 @@ public final class VFS: FilesystemOperations, Sendable {
         metadata = MetadataCache(remote: remote, config: config, clock: clock, log: logger)
         blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
         spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
+        exported = ExportedFiles(remote: remote, log: logger)
         relay.connect { [weak self] event in self?.handleWriteBackEvent(event) }
     }
 
@@ -104,7 +109,7 @@ public final class VFS: FilesystemOperations, Sendable {
     public func cacheUsage() -> CacheUsage {
         let memory = blocks.memory.usage
         let disk = blocks.disk?.usage ?? (bytes: 0, blocks: 0)
-        let open = handles.withLock { ($0.files.count + localFiles.handleCount, $0.directories.count) }
+        let open = handles.withLock { ($0.files.count + $0.exports.count + localFiles.handleCount, $0.directories.count) }
         return CacheUsage(memoryBytes: memory.bytes, memoryBudget: config.memoryCacheBytes, memoryBlocks: memory.blocks,
                           diskBytes: disk.bytes, diskBudget: blocks.disk == nil ? 0 : config.diskCacheBytes, diskBlocks: disk.blocks,
                           nodes: metadata.nodeCount, openFiles: open.0, openDirectories: open.1)
@@ -116,15 +121,26 @@ public final class VFS: FilesystemOperations, Sendable {
     // MARK: Attributes
 
     func attributes(of node: Node) -> FileAttributes {
+        // Dropbox refuses writes to it (a read-only shared folder, an export-only file): no
+        // write bits, so tools see it before they try (docs/SEMANTICS.md).
+        let writable: UInt16 = node.isReadOnly ? ~0o222 : 0o7777
         switch node.kind {
         case .directory:
             // nlink 1: "unknown", so tools like find don't infer subfolder counts from it.
             return FileAttributes(ino: node.ino, kind: .directory, size: 0, mtime: config.mountTime,
-                                  permissions: config.directoryPermissions, nlink: 1, uid: config.uid, gid: config.gid)
+                                  permissions: config.directoryPermissions & writable, nlink: 1, uid: config.uid, gid: config.gid)
         case .file(let file):
-            return FileAttributes(ino: node.ino, kind: .file, size: file.size, mtime: file.modified,
-                                  permissions: config.filePermissions, nlink: 1, uid: config.uid, gid: config.gid)
+            let size = node.isExportOnly ? exportSize(of: node, file) : file.size
+            return FileAttributes(ino: node.ino, kind: .file, size: size, mtime: file.modified,
+                                  permissions: config.filePermissions & writable, nlink: 1, uid: config.uid, gid: config.gid)
         }
+    }
+
+    /// An export-only file's size is its export's, never the listed one: exported on its first
+    /// stat (once per revision). If that fails, 0, and a warning (a read then fails with EIO).
+    private func exportSize(of node: Node, _ file: Node.FileMetadata) -> UInt64 {
+        guard let id = node.id else { return 0 }
+        return (try? exported.size(id: id, rev: file.rev, path: node.name)) ?? 0
     }
 
     func entryReply(_ node: Node) -> EntryReply {
@@ -217,6 +233,12 @@ public final class VFS: FilesystemOperations, Sendable {
         let node = try metadata.refreshedNode(ino)
         guard let file = node.file else { throw .isDirectory }
         guard let path = metadata.path(of: ino), let fileID = node.id else { throw .noEntry }
+        if node.isExportOnly {
+            let data = try exported.content(id: fileID, rev: file.rev, path: path)
+            let handle = nextHandle.add(1, ordering: .relaxed).oldValue
+            handles.withLock { $0.exports[handle] = (ino, data) }
+            return OpenReply(handle: handle, keepCache: metadata.noteOpened(ino, rev: file.rev))
+        }
         let keepCache = metadata.noteOpened(ino, rev: file.rev)
         let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
                                 usesPieceDigests: blocks.usesPieceDigests)
@@ -245,6 +267,14 @@ public final class VFS: FilesystemOperations, Sendable {
     public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
                               _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
         if let local = localFiles.handle(handle) { return try readLocal(local, ino: ino, offset: offset, size: size, body) }
+        if let export = handles.withLock({ $0.exports[handle] }) {
+            guard export.ino == ino else { throw .badFile }
+            let start = Int(min(offset, UInt64(export.data.count)))
+            let end = min(start + max(size, 0), export.data.count)
+            return export.data.withUnsafeBytes { all in
+                body(start < end ? [UnsafeRawBufferPointer(rebasing: all[start..<end])] : [])
+            }
+        }
         guard let file = handles.withLock({ $0.files[handle] }), file.ino == ino else { throw .badFile }
         guard size > 0, offset < file.size else { return body([]) }
         let end = min(offset + UInt64(size), file.size)
@@ -333,7 +363,10 @@ public final class VFS: FilesystemOperations, Sendable {
 
     public func release(_ ino: InodeNumber, handle: HandleID) {
         if releaseLocal(ino, handle: handle) { return }
-        _ = handles.withLock { $0.files.removeValue(forKey: handle) }
+        handles.withLock {
+            $0.files.removeValue(forKey: handle)
+            $0.exports.removeValue(forKey: handle)
+        }
     }
 
     /// A read-side handle for `ino` (used by the write side for reads before a first write).

@@ -36,7 +36,35 @@ import Testing
         #expect(account.accountID.count == 40 && account.name.displayName == "Franz Ferdinand (Personal)")
         #expect(account.rootInfo.tag == "user" && account.accountType == "basic")
         let space = try SpaceUsage(json: json(#"{"used":314159265,"allocation":{".tag":"individual","allocated":10000000000}}"#))
-        #expect(space.used == 314_159_265 && space.allocated == 10_000_000_000)
+        #expect(space.used == 314_159_265 && space.filesystem == (10_000_000_000, 314_159_265))
+    }
+
+    /// users.stone's TeamSpaceAllocation example: the filesystem is the team's allocation less the
+    /// team's usage, or the member's stop_sync limit less their own usage when that leaves less.
+    @Test func teamSpaceUsage() throws {
+        let team = try SpaceUsage(json: json(#"{"used":314159265,"allocation":{".tag":"team","used":27182818284,"allocated":100000000000,"user_within_team_space_allocated":0,"user_within_team_space_limit_type":{".tag":"off"},"user_within_team_space_used_cached":314159265}}"#))
+        #expect(team.filesystem == (100_000_000_000, 27_182_818_284))
+        let limited = try SpaceUsage(json: json(#"{"used":314159265,"allocation":{".tag":"team","used":27182818284,"allocated":100000000000,"user_within_team_space_allocated":2000000000,"user_within_team_space_limit_type":{".tag":"stop_sync"},"user_within_team_space_used_cached":314159265}}"#))
+        #expect(limited.filesystem == (2_000_000_000, 314_159_265))
+        // The team is nearly full: the member's limit leaves more than the team does.
+        let full = SpaceUsage(used: 10, allocation: .team(used: 990, allocated: 1000, memberLimit: 500, memberLimitType: "stop_sync"))
+        #expect(full.filesystem == (500, 490))
+        let overTeam = SpaceUsage(used: 10, allocation: .team(used: 1200, allocated: 1000, memberLimit: 0, memberLimitType: "off"))
+        #expect(overTeam.filesystem == (1000, 1000))
+    }
+
+    @Test func sharingAndExportInfo() throws {
+        let paper = try FileMetadata(json: json(#"{"name":"Plan.paper","id":"id:1","client_modified":"2015-05-12T15:50:38Z","server_modified":"2015-05-12T15:50:38Z","rev":"a1c10ce0dd78","size":7212,"is_downloadable":false,"export_info":{"export_as":"md","export_options":["md","html"]},"sharing_info":{"read_only":true,"parent_shared_folder_id":"84528192421","modified_by":"dbid:AAH4f99T0taONIb-OurWxbNQ6ywGRopQngc"}}"#))
+        #expect(!paper.isDownloadable && paper.exportInfo == ExportInfo(exportAs: "md", exportOptions: ["md", "html"]))
+        #expect(paper.sharingInfo == SharingInfo(readOnly: true, parentSharedFolderID: "84528192421"))
+        let folder = try FolderMetadata(json: json(#"{"name":"Shared","id":"id:2","sharing_info":{"read_only":false,"shared_folder_id":"84528192421","traverse_only":false,"no_access":false}}"#))
+        #expect(folder.sharingInfo == SharingInfo(readOnly: false, sharedFolderID: "84528192421"))
+    }
+
+    @Test func pathRootHeader() throws {
+        #expect(try JSON.parse(Data(PathRoot.root("7").headerValue.utf8)) == [".tag": "root", "root": "7"])
+        #expect(try JSON.parse(Data(PathRoot.home.headerValue.utf8)) == [".tag": "home"])
+        #expect(try JSON.parse(Data(PathRoot.namespaceID("9").headerValue.utf8)) == [".tag": "namespace_id", "namespace_id": "9"])
     }
 
     @Test func commitInfoEncoding() {

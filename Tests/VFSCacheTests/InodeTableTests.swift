@@ -33,6 +33,34 @@ import Testing
         #expect(table.apply(file("/missing/parent"), generation: 2) == nil)
     }
 
+    /// files.stone SharingInfo.read_only: "inside a read-only shared folder". An entry that comes
+    /// without sharing_info inherits its folder's; one with its own (a writable nested share) keeps it.
+    @Test func readOnlyIsCarriedDownToEntriesWithoutSharingInfo() throws {
+        var table = InodeTable()
+        func with(_ change: RemoteChange, _ flags: RemoteEntry.Flags) -> RemoteChange {
+            guard case .upsert(var entry) = change else { return change }
+            entry.flags = flags
+            return .upsert(entry)
+        }
+        let sharedApplied = table.apply(with(folder("/Shared"), [.shared, .readOnly]), generation: 1)
+        let shared = try #require(sharedApplied)
+        let plainApplied = table.apply(file("/Shared/plain.txt"), generation: 1)
+        let plain = try #require(plainApplied)
+        let nestedApplied = table.apply(with(folder("/Shared/Drop box"), [.shared]), generation: 1)
+        let nested = try #require(nestedApplied)
+        let inNestedApplied = table.apply(file("/Shared/Drop box/x.txt"), generation: 1)
+        let inNested = try #require(inNestedApplied)
+        let paperApplied = table.apply(with(file("/Plan.paper"), [.exportOnly]), generation: 1)
+        let paper = try #require(paperApplied)
+        #expect(table[shared]!.isReadOnly && table[plain]!.isReadOnly)
+        #expect(!table[nested]!.isReadOnly && !table[inNested]!.isReadOnly)
+        #expect(table[paper]!.isExportOnly && table[paper]!.isReadOnly)
+        // The share turns writable: its entries come again with their new sharing_info.
+        table.apply(with(folder("/Shared"), [.shared]), generation: 2)
+        table.apply(with(file("/Shared/plain.txt"), [.shared]), generation: 2)
+        #expect(!table[shared]!.isReadOnly && !table[plain]!.isReadOnly)
+    }
+
     @Test func referencedNodesOutliveTheirRemovalUntilForgotten() throws {
         var table = InodeTable()
         let dirApplied = table.apply(folder("/d"), generation: 1)

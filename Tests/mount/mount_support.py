@@ -48,3 +48,11 @@ def dropbox_args(emulator, cache_dir, *extra):
 
 def dropbox_env():
     return {"DBXFS_ACCESS_TOKEN": TOKEN}
+
+
+def mount_of(binary, emulator, base, name="mnt", *extra):
+    """A Mount (not started) of `emulator` at base/name, with its own cache directory and log."""
+    path = base / name
+    path.mkdir(exist_ok=True)
+    return Mount(binary, path, dropbox_args(emulator, base / f"cache-{name}", *extra), env=dropbox_env(),
+                 log_path=base / f"{name}.log")

@@ -20,6 +20,10 @@ Stable interface (other suites import this; change it only by adding):
         emu.upload("/a/b.txt", b"data", mode="overwrite")    # files/upload; returns FileMetadata
         emu.download("/a/b.txt")                             # bytes
         emu.restart()        # stop and start again on the same data (and the same port)
+        emu.share("/Shared", read_only=True)         # POST /_control/share: a shared folder
+        emu.export_only("/Doc.paper", {"md": "# Doc"}, export_as="md")   # an export-only file
+        emu.account(team_used_by_others=10**9)       # POST /_control/account
+        emu.api(route, arg, path_root='{".tag": "root", "root": "123"}')  # any call with a Path-Root
 
 `api` raises `EmulatorError(status, body)` for any non-2xx answer (body is the parsed JSON when
 the answer is JSON, else text). `start()` waits for the "listening on" line; `stop()` sends
@@ -196,15 +200,31 @@ class Emulator:
     def reset_cursors(self):
         return self._control("reset_cursors", {})
 
-    def api(self, route, arg=None):
+    def share(self, path, read_only=False, team_folder=False):
+        return self._control("share", {"path": path, "read_only": read_only, "team_folder": team_folder})
+
+    def export_only(self, path, exports, export_as=None, export_options=None):
+        payload = {"path": path, "exports": exports, "export_as": export_as}
+        if export_options is not None:
+            payload["export_options"] = export_options
+        return self._control("export_only", payload)
+
+    def account(self, **settings):
+        return self._control("account", settings)
+
+    def api(self, route, arg=None, path_root=None):
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/json"}
+        if path_root is not None:
+            headers["Dropbox-API-Path-Root"] = path_root
         body = json.dumps(arg).encode()
         return json.loads(self._request("/2/" + route, body, headers)[2])
 
-    def upload(self, path, data, mode="add", autorename=False, **commit):
+    def upload(self, path, data, mode="add", autorename=False, path_root=None, **commit):
         arg = {"path": path, "mode": mode, "autorename": autorename, **commit}
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/octet-stream",
                    "Dropbox-API-Arg": json.dumps(arg)}
+        if path_root is not None:
+            headers["Dropbox-API-Path-Root"] = path_root
         return json.loads(self._request("/2/files/upload", bytes(data), headers)[2])
 
     def download(self, path, byte_range=None):

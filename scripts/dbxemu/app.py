@@ -1,7 +1,8 @@
 """The emulator's shared state and its route table.
 
-`App` bundles what every request handler needs: the store, the settings, the counters, the
-token registry, the rate limiter and write gate, and finished async jobs. `ROUTES` maps each
+`App` bundles what every request handler needs: the store, the account (namespaces, team
+space), its shared folders and export-only files, the settings, the counters, the token
+registry, the rate limiter and write gate, and finished async jobs. `ROUTES` maps each
 `/2/<route>` to its style (rpc, upload or download), whether it needs an access token, whether
 it is a write commit (for --write-rate-limit), and the function that serves it.
 """
@@ -10,16 +11,19 @@ import json
 import secrets
 from collections import namedtuple
 
-from . import routes_account, routes_files, routes_upload_sessions
+from . import routes_account, routes_export, routes_files, routes_upload_sessions
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
+from .namespaces import Account
 from .oauth import TokenRegistry
+from .routes_export import ExportOnlyFiles
+from .shares import Shares
 from .storage import Store
 
 Route = namedtuple("Route", "style auth write func")
 
 ROUTES = {}
-for module in (routes_files, routes_upload_sessions, routes_account):
+for module in (routes_files, routes_upload_sessions, routes_export, routes_account):
     for name, (style, auth, write, func) in module.ROUTES.items():
         ROUTES[name] = Route(style, auth, write, func)
 
@@ -27,8 +31,11 @@ JOBS_SCHEMA = "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, result TEXT
 
 
 class App:
-    def __init__(self, data_dir, settings, static_tokens, app_key=None, control_token=None):
+    def __init__(self, data_dir, settings, static_tokens, app_key=None, control_token=None, team_space=False):
         self.store = Store(data_dir)
+        self.shares = self.store.shares = Shares(self.store)
+        self.exports = self.store.exports = ExportOnlyFiles(self.store)
+        self.account = self.store.account = Account(self.store, team_space)
         self.settings = Settings(settings)
         self.stats = Stats()
         self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
@@ -39,8 +46,13 @@ class App:
             self.store.db.execute(JOBS_SCHEMA)
         self.control_token = control_token or secrets.token_urlsafe(24)
 
-    def quota(self):
+    def allocated(self):
+        """The account's (or the team's) allocation: `quota`, 2 TiB when unset."""
         return self.settings["quota"] or (2 << 40)
+
+    def quota(self):
+        """What the tree may hold: the allocation, less what other team members use."""
+        return self.account.team_quota(self.allocated())
 
     # Async jobs (delete_batch, finish_batch v1) finish at once; their results wait for /check.
     def save_job(self, result):

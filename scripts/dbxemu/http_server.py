@@ -19,6 +19,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from . import account_seed, namespaces
 from .app import ROUTES
 from .errors import ApiError, AuthFailure, BadRequest, RateLimited, RouteError
 from .faults import Throttle
@@ -286,9 +287,12 @@ class Handler(BaseHTTPRequestHandler):
         entered_gate = False
         try:
             token = None
+            view = app.account.home_view()
             if route.auth:
                 token = self.bearer_token(query)
                 app.tokens.check(token)
+                # The namespace this call works in (namespaces.py): 400 or 422 for a bad header.
+                view = app.account.view_for_header(self.headers.get("Dropbox-API-Path-Root"), app.shares)
             if route.write:
                 if not app.write_gate.enter():
                     app.stats.count_fault("write_limited")
@@ -299,7 +303,8 @@ class Handler(BaseHTTPRequestHandler):
             if route.style == "upload":
                 call.abort_mid_upload()
             try:
-                result = route.func(call)
+                with namespaces.request_context(app, view):
+                    result = route.func(call)
             finally:
                 # The commit is over once the route returns: free the gate before answering, so a
                 # client that reacts to the answer at once is not refused by its own finished write.
@@ -451,6 +456,12 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/_control/reset_cursors" and self.command == "POST":
             app.store.invalidate_cursors()
             self.send_json(200, {"epoch": app.store.epoch})
+        elif path in account_seed.CONTROL:
+            try:
+                status, answer = account_seed.handle_control(app, path, self.command, raw)
+            except RouteError as err:
+                status, answer = 409, err.body()
+            self.send_json(status, answer)
         else:
             self.send_text(404, "unknown control request")
 

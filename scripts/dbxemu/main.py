@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from . import account_seed, namespaces
 from .app import App
 from .errors import RouteError
 from .hashing import content_hash_of_file
@@ -25,6 +26,11 @@ def parse_args(argv):
     p.add_argument("--tls-cert")
     p.add_argument("--tls-key")
     p.add_argument("--seed", help="import this local tree at start")
+    p.add_argument("--seed-manifest", help="JSON: account settings, shared folders and export-only files to "
+                                           "create at start (docs/EMULATOR.md)")
+    p.add_argument("--team-space", action="store_true",
+                   help="a Business team member in a team space: the tree is the team root, the member's "
+                        "home namespace is its folder '/Emulated User' (fixed when --data is created)")
     p.add_argument("--latency-ms", type=float, default=0)
     p.add_argument("--bandwidth", type=int, default=0, help="bytes per second per connection")
     p.add_argument("--fail-rate", type=float, default=0.0)
@@ -94,14 +100,22 @@ def main(argv=None):
     settings = {"latency_ms": args.latency_ms, "bandwidth": args.bandwidth, "fail_rate": args.fail_rate,
                 "reset_rate": args.reset_rate, "rate_limit": args.rate_limit,
                 "write_rate_limit": args.write_rate_limit, "token_ttl": args.token_ttl, "quota": args.quota}
-    app = App(args.data, settings, args.token, args.app_key, args.control_token)
+    app = App(args.data, settings, args.token, args.app_key, args.control_token, team_space=args.team_space)
     token_file = os.path.join(args.data, "control-token")
     with open(token_file + ".tmp", "w") as f:
         f.write(app.control_token + "\n")
     os.chmod(token_file + ".tmp", 0o600)
     os.replace(token_file + ".tmp", token_file)
     if args.seed:
-        import_seed(app, args.seed)
+        # Into the member's home namespace: the seed is the user's own files.
+        with namespaces.request_context(app, app.account.home_view()):
+            import_seed(app, args.seed)
+    if args.seed_manifest:
+        try:
+            account_seed.apply_manifest(app, args.seed_manifest)
+        except (OSError, ValueError, RouteError) as err:
+            print(f"dbx-emulator: --seed-manifest {args.seed_manifest}: {err}", file=sys.stderr)
+            return 2
     server = Server((args.host, args.port), app, args.tls_cert, args.tls_key, args.verbose)
 
     def stop(signum, frame):

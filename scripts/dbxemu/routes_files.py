@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 
-from . import cursors, paths
+from . import cursors, namespaces, paths
 from .cursors import CHANGES, LIST, LIST_DELETED, Cursor
 from .errors import BadRequest, RouteError, lookup_error, write_error
 from .hashing import ContentHasher
@@ -187,7 +187,15 @@ def get_metadata(call):
 # ----- listing -----
 def listing_page(store, cursor):
     """One page for a cursor; returns the ListFolderResult."""
+    view = namespaces.View.decode(cursor.view)
+    with namespaces.using_view(view):
+        return _listing_page(store, cursor, view)
+
+
+def _listing_page(store, cursor, view):
     limit = cursor.limit
+    # A view's root folder is listed as "": recursive listings leave it out, as they do the root.
+    outside = (lambda r: r["path_lower"] == view.prefix_lower) if view.prefix_lower else (lambda r: False)
     with store.lock:
         if cursor.phase in (LIST, LIST_DELETED):
             table = "entries" if cursor.phase == LIST else "tombstones"
@@ -195,7 +203,7 @@ def listing_page(store, cursor):
             more = len(rows) > limit
             rows = rows[:limit]
             render = metadata if cursor.phase == LIST else deleted_metadata
-            entries = [render(r) for r in rows]
+            entries = [render(r) for r in rows if not outside(r)]
             if more:
                 nxt, has_more = cursor.copy(after=rows[-1]["path_lower"]), True
             elif cursor.phase == LIST and cursor.include_deleted:
@@ -206,7 +214,8 @@ def listing_page(store, cursor):
             changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
             has_more = len(changed) > limit
             changed = changed[:limit]
-            entries = [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed]
+            entries = [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed
+                       if not outside(r)]
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
         return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
 
@@ -227,9 +236,11 @@ def start_cursor(call):
                 raise lookup_error("not_found")
             if not target.row["is_folder"]:
                 raise lookup_error("not_folder")
-        return Cursor(store.epoch, "" if target.is_root else target.row["path_lower"],
+        view = namespaces.current_view()
+        return Cursor(store.epoch, target.path_lower if target.is_root else target.row["path_lower"],
                       get_field(arg, "recursive", bool, False), get_field(arg, "include_deleted", bool, False),
-                      limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq)
+                      limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq,
+                      view.encode() if view.prefix_lower else None)
 
 
 def list_folder(call):
@@ -293,6 +304,22 @@ class Download:
         self.etag = etag
 
 
+def read_file_row(store, path, rev=None):
+    """The file a ReadPath names (`/a`, `id:`, `ns:`, `rev:`, or the deprecated `rev` field); call
+    with store.lock held. 409 path/not_found, path/not_file."""
+    if path.startswith("rev:") or rev:
+        row = store.get_revision(path[4:] if path.startswith("rev:") else rev)
+        if row is None:
+            raise lookup_error("not_found")
+        return row
+    row = store.resolve(path).row
+    if row is None:
+        raise lookup_error("not_found")
+    if row["is_folder"]:
+        raise lookup_error("not_file")
+    return row
+
+
 def download(call):
     arg = args(call)
     path = get_field(arg, "path", str, required=True)
@@ -300,16 +327,8 @@ def download(call):
     rev = get_field(arg, "rev", str)
     store = call.app.store
     with store.lock:
-        if path.startswith("rev:") or rev:
-            row = store.get_revision(path[4:] if path.startswith("rev:") else rev)
-            if row is None:
-                raise lookup_error("not_found")
-        else:
-            row = store.resolve(path).row
-            if row is None:
-                raise lookup_error("not_found")
-            if row["is_folder"]:
-                raise lookup_error("not_file")
+        row = read_file_row(store, path, rev)
+        call.app.exports.refuse_download(row)
         md = metadata(row, tag=False)
         # Opened under the lock: the data stays readable even if a concurrent overwrite
         # prunes this revision's blob right after.
@@ -360,6 +379,7 @@ def delete_one(app, arg):
         target = store.resolve(path, wrapper="path_lookup")
         if target.row is None:
             raise lookup_error("not_found", "path_lookup")
+        store.check_writable(target.row["path_lower"], "path_write")
         if parent_rev is not None and (target.row["is_folder"] or target.row["rev"] != parent_rev):
             raise write_error("conflict", "path_write", "file")
         return {"metadata": metadata(store.delete(target.row))}

@@ -26,7 +26,7 @@ import uuid
 from collections import namedtuple
 from contextlib import contextmanager
 
-from . import paths
+from . import namespaces, paths
 from .errors import BadRequest, RouteError, lookup_error, write_error
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -95,17 +95,45 @@ def metadata(row, tag=True):
               "client_modified": row["client_modified"], "server_modified": row["server_modified"],
               "rev": row["rev"], "size": row["size"], "is_downloadable": True,
               "content_hash": row["content_hash"]}
+    present(md, row)
     if not tag:
         del md[".tag"]
     return md
 
 
 def deleted_metadata(row):
-    return {".tag": "deleted", "name": name_of(row["path_display"]), "path_lower": row["path_lower"],
-            "path_display": row["path_display"]}
+    md = {".tag": "deleted", "name": name_of(row["path_display"]), "path_lower": row["path_lower"],
+          "path_display": row["path_display"]}
+    present(md, None)
+    return md
+
+
+def present(md, row):
+    """What the request's context adds to a metadata dict: its paths as the request's namespace
+    view shows them (namespaces.py), and for live entries sharing_info (shares.py) and the
+    export-only fields (routes_export.py)."""
+    view = namespaces.current_view()
+    if view.prefix_lower:
+        outward = view.outward(md["path_lower"], md["path_display"])
+        if outward is not None:
+            md["path_lower"], md["path_display"] = outward
+    app = namespaces.current_app()
+    if app is None or row is None:
+        return
+    info = app.shares.sharing_info(row, app.store.account_id)
+    if info is not None:
+        md["sharing_info"] = info
+    if not row["is_folder"]:
+        app.exports.decorate(md, row)
 
 
 class Store:
+    # Set by App: the account's namespaces (namespaces.Account), its shared folders
+    # (shares.Shares) and its export-only files (routes_export.ExportOnlyFiles).
+    account = None
+    shares = None
+    exports = None
+
     def __init__(self, data_dir):
         self.data_dir = os.path.abspath(data_dir)
         for sub in ("blobs", "sessions", "tmp"):
@@ -264,12 +292,15 @@ class Store:
                 return write_error("malformed_path", wrapper)
             return lookup_error("malformed_path", wrapper)
 
-        base_lower, base_display, rest = "", "", raw
+        # Paths are relative to the request's namespace view (namespaces.py): "" outside a team
+        # space, the member folder for a team member who sent no Dropbox-API-Path-Root.
+        view = namespaces.current_view()
+        base_lower, base_display, rest = view.prefix_lower, view.prefix_display, raw
         if raw.startswith("id:"):
             id_part, slash, rest = raw.partition("/")
             rest = slash + rest
             row = self.get_by_id(id_part)
-            if row is None:
+            if row is None or not view.contains(row["path_lower"]):
                 raise lookup_error("not_found", wrapper)
             if not rest:
                 return Target(row["path_lower"], row["path_display"], row, False)
@@ -279,15 +310,20 @@ class Store:
         elif raw.startswith("ns:"):
             ns, slash, rest = raw[3:].partition("/")
             rest = slash + rest
-            if ns != self.namespace_id:
-                raise lookup_error("not_found", wrapper)
+            if self.account is None:
+                if ns != self.namespace_id:
+                    raise lookup_error("not_found", wrapper)
+            else:
+                base_lower, base_display = self.account.resolve_ns(ns, self.shares, wrapper)
         comps = paths.split_components(rest)
         if comps is None:
             raise malformed()
         if write and comps and paths.is_disallowed_name(comps[-1]):
             raise write_error("disallowed_name", wrapper)
-        if not comps and not base_lower:
-            return Target("", "", None, True)
+        if not comps and base_lower == view.prefix_lower:
+            return Target(view.prefix_lower, view.prefix_display, None, True)
+        if not comps:
+            return Target(base_lower, base_display, self.get(base_lower), False)
         path_lower = base_lower + "".join("/" + paths.lower(c) for c in comps)
         display = base_display + "".join("/" + c for c in comps)
         return Target(path_lower, display, self.get(path_lower), False)
@@ -403,6 +439,11 @@ class Store:
             if self.get(parent_lower + "/" + paths.lower(candidate)) is None:
                 return candidate
 
+    def check_writable(self, path_lower, wrapper):
+        """`<wrapper>/no_write_permission` inside a read-only shared folder (shares.py)."""
+        if self.shares is not None:
+            self.shares.check_writable(path_lower, wrapper)
+
     # ----- write operations -----
     def commit_file(self, target, mode, autorename, client_modified, strict_conflict,
                     temp_path, size, content_hash, quota=None, wrapper="path"):
@@ -412,10 +453,16 @@ class Store:
         """
         mode_tag, mode_rev = mode
         with self.write():
+            self.check_writable(target.path_lower, wrapper)
             existing = self.get(target.path_lower)
             path_lower, display = target.path_lower, target.display
             conflict_kind = None
-            if existing is not None and existing["is_folder"]:
+            if existing is None and mode_tag == "update" and strict_conflict:
+                # files.stone CommitInfo.strict_conflict: "always return a conflict error when
+                # mode = update and the given rev doesn't match the existing file's rev, even if
+                # the existing file has been deleted".
+                conflict_kind = "file"
+            elif existing is not None and existing["is_folder"]:
                 conflict_kind = "folder"
             elif existing is not None:
                 identical = existing["content_hash"] == content_hash and existing["size"] == size
@@ -450,12 +497,15 @@ class Store:
                 sets = ", ".join(f"{k} = ?" for k in fields)
                 self.db.execute(f"UPDATE entries SET {sets} WHERE id = ?", tuple(fields.values()) + (existing["id"],))
                 row = self.get(path_lower)
+                if self.exports is not None:
+                    self.exports.forget(existing["id"])
             self.used_bytes += growth
             self._record_revision(row)
             return row
 
     def create_folder(self, target, autorename):
         with self.write():
+            self.check_writable(target.path_lower, "path")
             path_lower, display = target.path_lower, target.display
             existing = self.get(path_lower)
             if existing is not None:
@@ -494,6 +544,9 @@ class Store:
             src = self.get(src["path_lower"])
             dst_lower, dst_display = dst_target.path_lower, dst_target.display
             src_lower = src["path_lower"]
+            if not copy:
+                self.check_writable(src_lower, "from_write")
+            self.check_writable(dst_lower, "to")
             case_only = (dst_lower == src_lower) and not copy
             if dst_lower.startswith(src_lower + "/") or (dst_lower == src_lower and not case_only):
                 if dst_lower == src_lower:

@@ -152,6 +152,10 @@ extension WriteBackEngine {
                rebaseOnOwnEarlierCommit(job, hash: hash, rev: rev) {
                 return
             }
+            // Nothing there: the file we edited was deleted elsewhere. Dropbox conflicts anyway
+            // (strict_conflict, files.stone CommitInfo), but our edit wins over the delete: the
+            // file comes back under its name (docs/SEMANTICS.md, "Conflicts").
+            if current == nil, recreateDeletedTarget(job) { return }
             conflicted(job, reason: reason)
         case .failure(.sessionGone(let id)) where job.record.state == .committing:
             // The client retried a commit whose first attempt landed unheard (a timeout, a lost
@@ -242,6 +246,23 @@ extension WriteBackEngine {
         return true
     }
 
+    /// An `update` of a file that is gone: re-queues the job as a new file at its own path (lock
+    /// taken here) and returns true. Only once per path: if it conflicts again, something new is
+    /// there, and that is an ordinary conflict.
+    private func recreateDeletedTarget(_ job: UploadJob) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        guard isCurrent(job), let dirty = files[job.key], var record = dirty.record, record.commitPath == nil,
+              case .revision = record.base else { return false }
+        defer { finishLocked(job) }
+        WriteBackLog.info("\(record.path) was deleted on Dropbox while it was edited here; it comes back with our version")
+        record.base = .newFile
+        record.state = .pending
+        dirty.record = record
+        dirty.notBefore = .distantPast
+        do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
+        return true
+    }
+
     private func conflicted(_ job: UploadJob, reason: String) {
         condition.lock(); defer { condition.unlock() }
         defer { finishLocked(job) }
@@ -293,13 +314,23 @@ extension WriteBackEngine {
             dirty.hardError = error
             dirty.notBefore = now.addingTimeInterval(configuration.hardFailureRetryDelay)
             record.state = .failed
+        case .refuse:
+            // Until the file is renamed, written again or the next mount: apply() and close()
+            // reset notBefore.
+            dirty.hardError = error
+            dirty.notBefore = .distantFuture
+            record.state = .refused
         }
         dirty.record = record
         do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
         recentErrors.append(UploadErrorReport(path: record.path, message: "\(error)", at: now))
         if recentErrors.count > 50 { recentErrors.removeFirst(recentErrors.count - 50) }
-        let level = dirty.hardError != nil ? "cannot upload" : "will retry"
-        WriteBackLog.warning("\(level) \(record.path) (attempt \(record.attempts)): \(error)")
+        if record.state == .refused {
+            WriteBackLog.warning("cannot upload \(record.path): Dropbox refuses writes there (\(error)); the bytes are kept and not retried: move the file to a writable folder, or delete it")
+        } else {
+            let level = dirty.hardError != nil ? "cannot upload" : "will retry"
+            WriteBackLog.warning("\(level) \(record.path) (attempt \(record.attempts)): \(error)")
+        }
         emit(.failed(path: record.path, generation: record.generation, error: error, willRetry: !stopped))
     }
 

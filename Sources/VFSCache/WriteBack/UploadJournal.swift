@@ -34,6 +34,10 @@ public enum UploadState: String, Sendable, Equatable {
     /// The last attempt failed with an error that needs time or a person (insufficient space, a
     /// refused name...). Still journaled and retried slowly; fsync and sync report the error.
     case failed
+    /// Dropbox refuses to write there (no_write_permission: a read-only shared folder). Kept,
+    /// reported, and not retried by itself: a rename to a writable folder, a new close, or the
+    /// next mount tries again.
+    case refused
 }
 
 /// One journal row.

@@ -1,6 +1,7 @@
 /// `UploadRetryPolicy`: what the engine does after each failed upload or commit, in one place:
 /// retry soon with backoff (network down, rate limits), restart the upload (session gone), resolve
-/// a conflict, or keep the file journaled and retry slowly (no space, refused name, auth).
+/// a conflict, keep the file journaled and retry slowly (no space, refused name, auth), or keep
+/// it and stop retrying (no write permission: a read-only shared folder).
 import Foundation
 
 enum UploadRetryPolicy {
@@ -9,6 +10,8 @@ enum UploadRetryPolicy {
         case retry(delay: TimeInterval, pauseAll: Bool, resetSession: Bool)
         /// Hard failure: report to fsync/sync, retry after the long delay.
         case hold
+        /// Refused for good where it is (no write permission): report, keep, do not retry.
+        case refuse
         case conflict
     }
 
@@ -28,6 +31,9 @@ enum UploadRetryPolicy {
             return .conflict
         case .insufficientSpace, .disallowedName, .malformedPath, .auth, .notFolder, .notFile, .invalidOperation:
             return .hold
+        case .permissionDenied:
+            // Waiting changes nothing: retrying every minute forever only hides it (issue 13).
+            return .refuse
         case .notFound, .other, .cursorReset:
             // Unexpected answers (content_hash_mismatch, incorrect offsets...): start the upload
             // over; after a few tries, report it as a hard failure.

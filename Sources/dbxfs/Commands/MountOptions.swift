@@ -14,6 +14,9 @@ struct MountOptions: Sendable {
     var debug = false
     var apiBase: String?
     var root: String = ""
+    /// `--member-folder`: on a team-space account, mount the member's own folder (their home
+    /// namespace) instead of the team root (docs/SEMANTICS.md, "Team spaces").
+    var memberFolder = false
     var tokenFile: String?
     var token: String?
     /// The stored account to mount (`dbxfs auth --profile`); nil: the default rules in
@@ -60,7 +63,10 @@ struct MountOptions: Sendable {
           -o OPT[,OPT...]         mount options: ro, allow_other, default_permissions,
                                   uid=N, gid=N, umask=NNN (octal), and other libfuse options
           --api-base URL          Dropbox API base URL (env DBXFS_API_BASE; default the real Dropbox)
-          --root /FOLDER          mount this Dropbox folder as the root (default: the whole account)
+          --root /FOLDER          mount this Dropbox folder as the root (default: the whole account;
+                                  on a team space, the team root with its team folders)
+          --member-folder         on a team space, mount only your member folder (paths and --root
+                                  are then relative to it)
           --profile NAME          mount the account linked with 'dbxfs auth --profile NAME'
                                   (default: $DBXFS_ACCESS_TOKEN if set, else profile "default")
           --token-file FILE       read a bare access token from FILE (no refresh)
@@ -111,6 +117,7 @@ struct MountOptions: Sendable {
             case "-o": try options.addMountOptions(try value(for: name, inline: inline))
             case "--api-base": options.apiBase = try value(for: name, inline: inline)
             case "--root": options.root = try value(for: name, inline: inline)
+            case "--member-folder": options.memberFolder = true
             case "--token-file": options.tokenFile = try value(for: name, inline: inline)
             case "--profile":
                 let raw = try value(for: name, inline: inline)

@@ -95,7 +95,7 @@ extension TransferReport {
 struct PendingReport: Codable, Sendable {
     var path: String
     var size: UInt64
-    /// pending, uploading, committing, failed.
+    /// pending, uploading, committing, failed, refused.
     var state: String
     var attempts: Int
     var openForWriting: Bool

@@ -6,9 +6,13 @@
 ///   Entries outside the root (never expected) and the root folder itself (which a recursive
 ///   listing of a non-root folder includes) are dropped from listings.
 /// - errors: the client's typed `DropboxError` becomes a `RemoteError`, in `remoteError(_:)`.
+/// - what Dropbox allows: `sharing_info.read_only` and `is_downloadable` become the entry's
+///   flags; a file that can neither be downloaded nor exported (no `export_info.export_as`) is
+///   left out of listings, with one log line per file (docs/SEMANTICS.md).
 /// The client does the retries (429, 5xx, transport, token refresh), so nothing is retried here.
 import DropboxRemote
 import Foundation
+import Synchronization
 import VFSCache
 
 final class DropboxRemoteStore: RemoteStore {
@@ -16,11 +20,15 @@ final class DropboxRemoteStore: RemoteStore {
     /// The mount root as given ("" for the whole account), display case, no trailing slash.
     let root: String
     private let rootLower: String
+    private let log: Logger?
+    /// Ids of the files already logged as hidden (a relisting must not log them again).
+    private let hiddenLogged = Mutex<Set<String>>([])
 
-    init(client: DropboxClient, root: String) {
+    init(client: DropboxClient, root: String, log: Logger? = nil) {
         self.client = client
         self.root = root
         self.rootLower = root.lowercased()
+        self.log = log
     }
 
     // MARK: Paths
@@ -52,14 +60,35 @@ final class DropboxRemoteStore: RemoteStore {
         let display = incomingDisplay(metadata.pathDisplay ?? lower)
         switch metadata {
         case .file(let f):
+            var flags = Self.flags(f.sharingInfo)
+            if !f.isDownloadable { flags.insert(.exportOnly) }
             return RemoteEntry(id: f.id, name: f.name, pathLower: relativeLower, pathDisplay: display,
                                kind: .file(size: f.size, rev: f.rev, contentHash: f.contentHash,
-                                           clientModified: f.clientModified, serverModified: f.serverModified))
+                                           clientModified: f.clientModified, serverModified: f.serverModified),
+                               flags: flags)
         case .folder(let f):
-            return RemoteEntry(id: f.id, name: f.name, pathLower: relativeLower, pathDisplay: display, kind: .folder)
+            return RemoteEntry(id: f.id, name: f.name, pathLower: relativeLower, pathDisplay: display, kind: .folder,
+                               flags: Self.flags(f.sharingInfo))
         case .deleted:
             return nil
         }
+    }
+
+    private static func flags(_ sharing: SharingInfo?) -> RemoteEntry.Flags {
+        guard let sharing else { return [] }
+        return sharing.readOnly ? [.shared, .readOnly] : [.shared]
+    }
+
+    /// A file Dropbox neither downloads nor exports (files.stone: export only works "whose
+    /// ExportResult.file_metadata has ExportInfo.export_as populated"): nothing could read it, so
+    /// it is not shown. Logged once per file.
+    private func unreadable(_ metadata: Metadata) -> Bool {
+        guard case .file(let f) = metadata, !f.isDownloadable, f.exportInfo?.exportAs == nil else { return false }
+        let first = hiddenLogged.withLock { $0.insert(f.id).inserted }
+        if first {
+            log?.info("\(f.pathDisplay ?? f.name): not shown: Dropbox can neither download nor export this file")
+        }
+        return true
     }
 
     private func change(_ metadata: Metadata) -> RemoteChange? {
@@ -67,7 +96,7 @@ final class DropboxRemoteStore: RemoteStore {
             guard let lower = d.pathLower, let relative = incomingLower(lower), !relative.isEmpty else { return nil }
             return .deleted(pathLower: relative, pathDisplay: incomingDisplay(d.pathDisplay ?? lower))
         }
-        guard let entry = entry(metadata), !entry.pathLower.isEmpty else { return nil }
+        guard !unreadable(metadata), let entry = entry(metadata), !entry.pathLower.isEmpty else { return nil }
         return .upsert(entry)
     }
 
@@ -85,7 +114,7 @@ final class DropboxRemoteStore: RemoteStore {
     func metadata(path: String) throws(RemoteError) -> RemoteEntry? {
         let found: Metadata?
         do { found = try client.metadataIfExists(path: outgoing(path)) } catch { throw remoteError(error, path) }
-        guard let found else { return nil }
+        guard let found, !unreadable(found) else { return nil }
         return try required(found, path)
     }
 
@@ -193,9 +222,20 @@ final class DropboxRemoteStore: RemoteStore {
 
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
         do {
-            let usage = try client.spaceUsage()
-            return (usage.used, usage.allocated)
+            // A team member's df shows the team's (or their own limit's) free space, not the
+            // team allocation less the member's own bytes.
+            let filesystem = try client.spaceUsage().filesystem
+            return (filesystem.used, filesystem.size)
         } catch { throw remoteError(error, "(space usage)") }
+    }
+
+    func export(path: String) throws(RemoteError) -> ExportedFile {
+        // Ids ("id:...") are namespace-wide; only paths get the mount root.
+        let source = path.hasPrefix("id:") ? path : outgoing(path)
+        do {
+            let result = try client.export(path: source)
+            return ExportedFile(data: [UInt8](result.data), rev: result.file.rev)
+        } catch { throw remoteError(error, path) }
     }
 
     // MARK: Helpers
@@ -271,7 +311,8 @@ final class DropboxRemoteStore: RemoteStore {
         case .disallowedName: .disallowedName(path)
         case .malformedPath: .malformedPath(path)
         case .tooManyWriteOperations: .rateLimited(retryAfter: 1)
-        case .noWritePermission, .teamFolder, .accessRestricted: .auth("\(path): no write permission")
+        case .noWritePermission: .permissionDenied("\(path): no write permission on Dropbox (a read-only shared folder)")
+        case .teamFolder, .accessRestricted: .auth("\(path): no write permission")
         default: .other("\(path): \(summary)")
         }
     }

@@ -61,7 +61,8 @@ struct MountBackend: CustomStringConvertible {
         var offlineAt: (cacheDirectory: URL, reason: String)?
         do {
             let full = try checker.currentAccount()
-            account = OfflineStart.SavedAccount(email: full.email, displayName: full.name.displayName, accountID: full.accountID)
+            account = OfflineStart.SavedAccount(email: full.email, displayName: full.name.displayName, accountID: full.accountID,
+                                                pathRootNamespace: teamRoot(full.rootInfo, options: options, logger: logger))
         } catch {
             let message = startupMessage(error, server: serverName, fix: credentials.fixHint)
             guard OfflineStart.isUnreachable(error), let saved = OfflineStart.find(options: options, profile: credentials.profile) else {
@@ -71,9 +72,20 @@ struct MountBackend: CustomStringConvertible {
             account = saved.account
             offlineAt = (saved.cacheDirectory, message)
         }
+        // A team member sees the team space only through its root namespace (Dropbox-API-Path-Root
+        // on every call). An App-folder app may not send that header: then its app folder, in the
+        // member's namespace, is all it can see anyway.
+        if offlineAt == nil, let namespace = account.pathRootNamespace,
+           !pathRootAccepted(namespace, configuration: checkConfiguration, tokens: credentials.tokens, server: serverName, logger: logger) {
+            account.pathRootNamespace = nil
+        }
+        let pathRoot = account.pathRootNamespace.map { PathRoot.root($0) }
+        var rootedCheck = checkConfiguration
+        rootedCheck.pathRoot = pathRoot
+        let rootedChecker = DropboxClient(configuration: rootedCheck, tokens: credentials.tokens)
         if !options.root.isEmpty && offlineAt == nil {
             do {
-                guard let root = try checker.metadataIfExists(path: options.root) else {
+                guard let root = try rootedChecker.metadataIfExists(path: options.root) else {
                     throw Failure(description: "--root \(options.root) does not exist on \(serverName)")
                 }
                 guard root.folder != nil else { throw Failure(description: "--root \(options.root) is a file, not a folder") }
@@ -90,7 +102,7 @@ struct MountBackend: CustomStringConvertible {
         if let offlineAt {
             cacheDirectory = offlineAt.cacheDirectory
         } else {
-            cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID)
+            cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID, namespace: account.pathRootNamespace)
         }
         // Before the journal, the saved tree or the staging area is opened: one daemon per cache directory.
         let cacheLock: CacheDirectoryLock
@@ -103,9 +115,10 @@ struct MountBackend: CustomStringConvertible {
         if offlineAt == nil {
             OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
         }
-        let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
+        let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile,
+                                                                      pathRoot: pathRoot),
                                    tokens: credentials.tokens)
-        let remote = DropboxRemoteStore(client: client, root: options.root)
+        let remote = DropboxRemoteStore(client: client, root: options.root, log: logger)
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
@@ -113,9 +126,9 @@ struct MountBackend: CustomStringConvertible {
         // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
         let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
         let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
-                                                                             retryPolicy: RetryPolicy(maxAttempts: 2)),
+                                                                             retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot),
                                           tokens: credentials.tokens)
-        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, log: logger)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -188,7 +201,7 @@ struct MountBackend: CustomStringConvertible {
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
     /// so two accounts, or two roots of one account, never share a cache. Created 0700.
-    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String) throws(Failure) -> URL {
+    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String, namespace: String?) throws(Failure) -> URL {
         let path: String
         if let explicit = options.cacheDirectory {
             path = explicit
@@ -196,7 +209,10 @@ struct MountBackend: CustomStringConvertible {
             let environment = ProcessInfo.processInfo.environment
             let base = environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
                 ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.cache")
-            let key = "\(options.apiBase ?? "dropbox")\n\(accountID)\n\(options.root.lowercased())"
+            // The team root and the member folder are two namespaces: `--root /Docs` in each is
+            // another folder, so they never share a cache (personal accounts keep their old key).
+            var key = "\(options.apiBase ?? "dropbox")\n\(accountID)\n\(options.root.lowercased())"
+            if let namespace { key += "\nns:\(namespace)" }
             path = base + "/dbxfs/" + String(hex(sha256(Array(key.utf8))).prefix(16))
         }
         do {
@@ -207,6 +223,38 @@ struct MountBackend: CustomStringConvertible {
         }
         guard access(path, W_OK) == 0 else { throw Failure(description: "the cache directory \(path) is not writable") }
         return URL(fileURLWithPath: path)
+    }
+
+    /// The namespace to send as Dropbox-API-Path-Root: the team root for a team-space member
+    /// (root_info of tag team, root ≠ home: rclone #2003, Maestral's update_path_root), unless
+    /// `--member-folder` asks for the member's own folder. nil: no header (a personal account,
+    /// whose root is its home).
+    private static func teamRoot(_ info: FullAccount.RootInfo, options: MountOptions, logger: Logger) -> String? {
+        guard info.rootNamespaceID != info.homeNamespaceID else { return nil }
+        if options.memberFolder {
+            logger.info("team space: mounting the member folder \(info.homePath ?? "") (--member-folder)")
+            return nil
+        }
+        logger.info("team space: mounting the team root (namespace \(info.rootNamespaceID)); the member folder is \(info.homePath ?? "?") in it")
+        return info.rootNamespaceID
+    }
+
+    /// Whether Dropbox takes the path root from this app. An App-folder app gets 400 "Path root
+    /// is not supported for sandbox app." (rclone #5089): false, and one line in the log.
+    private static func pathRootAccepted(_ namespace: String, configuration: ClientConfiguration, tokens: TokenProvider,
+                                         server: String, logger: Logger) -> Bool {
+        var rooted = configuration
+        rooted.pathRoot = .root(namespace)
+        do {
+            _ = try DropboxClient(configuration: rooted, tokens: tokens).getLatestCursor(path: "")
+            return true
+        } catch .badInput(let text) where text.contains("Path root") || text.contains("sandbox") {
+            logger.info("team space: this is an App folder app, which may not use the team root (\(server): \(text.prefix(120))); mounting its app folder in the member folder")
+            return false
+        } catch {
+            // Anything else shows up again at once, with its own message, on the first real call.
+            return true
+        }
     }
 
     private static func startupMessage(_ error: DropboxError, server: String, fix: String) -> String {

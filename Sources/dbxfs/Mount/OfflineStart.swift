@@ -15,6 +15,9 @@ enum OfflineStart {
         var email: String
         var displayName: String
         var accountID: String
+        /// The team root namespace the mount used (Dropbox-API-Path-Root), nil for none: an
+        /// offline start must ask for its saved cursor in the same namespace.
+        var pathRootNamespace: String?
     }
 
     /// True for failures that mean "Dropbox is not there" (as opposed to "Dropbox said no").
@@ -28,7 +31,8 @@ enum OfflineStart {
 
     /// The index file for this server, credentials and root.
     static func indexFile(options: MountOptions, profile: String?) -> String {
-        let key = "\(options.apiBase ?? "dropbox")\n\(profile ?? "")\n\(options.tokenFile ?? "")\n\(options.root.lowercased())"
+        var key = "\(options.apiBase ?? "dropbox")\n\(profile ?? "")\n\(options.tokenFile ?? "")\n\(options.root.lowercased())"
+        if options.memberFolder { key += "\nmember-folder" }
         return cacheBase() + "/dbxfs/last-mount-" + String(hex(sha256(Array(key.utf8))).prefix(16))
     }
 

@@ -91,6 +91,12 @@ final class Emulator: @unchecked Sendable {
         return String(text[start.upperBound..<end.lowerBound])
     }
 
+    /// `POST /_control/<name>` with a JSON body (share, export_only, account: docs/EMULATOR.md).
+    @discardableResult
+    func control(_ name: String, _ body: JSON) throws -> JSON {
+        try control("POST", "/_control/" + name, body: body.encoded())
+    }
+
     private func control(_ method: String, _ path: String, body: String? = nil) throws -> JSON {
         var arguments = ["-s", "-f", "-X", method, "-H", "Authorization: Bearer \(controlToken)", baseURL + path]
         if let body { arguments += ["-H", "Content-Type: application/json", "--data-binary", body] }

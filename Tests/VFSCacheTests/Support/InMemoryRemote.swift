@@ -304,9 +304,9 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
     private func commitLocked(_ commit: RemoteCommit, data: [UInt8]) throws(RemoteError) -> RemoteEntry {
         let key = commit.path.lowercased()
         if let hash = commit.contentHash, hash != DropboxContentHasher.hash(data) { throw .other("content_hash_mismatch") }
-        // Our client always sends strict_conflict: an update of a rev whose file is gone conflicts
-        // too (files.stone, CommitInfo.strict_conflict).
-        if case .update = commit.mode, nodes[key] == nil { throw .conflict("path/conflict/file") }
+        // An update of a file that is gone conflicts, as Dropbox does with strict_conflict (which
+        // the mount always sends; files.stone CommitInfo.strict_conflict).
+        if nodes[key] == nil, case .update = commit.mode { throw .conflict("path/conflict/file") }
         if let existing = nodes[key] {
             if existing.isFolder { throw .conflict("path/conflict/folder") }
             if existing.data == data { return entry(key, existing) }

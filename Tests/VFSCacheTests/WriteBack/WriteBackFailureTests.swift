@@ -120,6 +120,48 @@ import Testing
         #expect(fixture.memory.content("/full.txt") == bytes("no room"))
     }
 
+    /// Dropbox's no_write_permission (a read-only shared folder) is not a failure time fixes:
+    /// the file is kept and reported as refused, and not retried until it is moved (issue 13).
+    @Test func noWritePermissionIsRefusedKeptAndNotRetried() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let refusal = RemoteError.permissionDenied("/ro/doc.txt: no write permission")
+        fixture.probe.failBefore { operation, _ in operation == "upload" ? refusal : nil }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let generation = try fixture.put(engine, "/ro/doc.txt", bytes("my work"))
+        #expect(throws: WriteBackError.failed(refusal)) {
+            try engine.waitUntilCommitted(path: "/ro/doc.txt", generation: generation, timeout: 10)
+        }
+        #expect(WriteBackError.failed(refusal).errno == .accessDenied)
+        let left = engine.waitForAll(deadline: Date().addingTimeInterval(10))
+        #expect(left.map(\.path) == ["/ro/doc.txt"] && left.first?.state == .refused)
+        // Several hard-failure retry delays (0.3 s here) later it has still not been tried again,
+        // although Dropbox would take it now.
+        fixture.probe.failBefore { _, _ in nil }
+        Thread.sleep(forTimeInterval: 1.2)
+        #expect(fixture.memory.calls("upload") == 0 && engine.status().pendingFiles == 1)
+        #expect(try fixture.journalRows() == 1 && fixture.stagingNames().count == 1)
+        // Moved to a writable folder, it uploads.
+        try engine.rename(from: "/ro/doc.txt", to: "/mine/doc.txt") { () throws(Errno) -> [String: WriteBase] in [:] }
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        #expect(fixture.memory.content("/mine/doc.txt") == bytes("my work"))
+    }
+
+    /// Dropbox conflicts an update(rev) whose file was deleted (strict_conflict); the edit wins
+    /// over the delete: the file comes back under its own name, and no conflicted copy is made.
+    @Test func anEditOfAFileDeletedElsewhereRecreatesIt() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let opened = fixture.memory.externalWrite("/notes/e.txt", bytes("v1"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/notes/e.txt", base: .revision(opened.rev!))
+        fixture.memory.externalDelete("/notes/e.txt")   // another device, meanwhile
+        try file.write(at: 0, bytes("v2 edited"))
+        let generation = try engine.close(path: "/notes/e.txt")
+        try engine.waitUntilCommitted(path: "/notes/e.txt", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/notes/e.txt") == bytes("v2 edited"))
+        #expect(fixture.memory.allPaths() == ["/notes", "/notes/e.txt"])
+        #expect(engine.status().conflicts.isEmpty)
+    }
+
     @Test func offlineUploadsWaitAndResume() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.failBefore { _, _ in .unavailable("test: no route to host") }
