@@ -31,6 +31,21 @@ def files_of(directory):
     return found
 
 
+def settled_files_of(directory, quiet=1.0, timeout=20):
+    """`files_of` once nothing under `directory` has changed for `quiet` seconds: the daemon that
+    owns it saves the change feed's echo of its own uploads a moment after `sync` returns."""
+    import time
+    deadline = time.monotonic() + timeout
+    last = files_of(directory)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = files_of(directory)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def status_of(cli, path=None):
     result = cli.run("status", "--json", *([str(path)] if path else []))
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ import os
 import subprocess
 
 from conftest import Mount, force_unmount, mounted_at, needs_fuse, one_clear_line
-from daemon_support import ENV, daemon_pid_at, files_of, mount_args, no_conflicted_copies, status_of, stop_daemon_at
+from daemon_support import ENV, daemon_pid_at, files_of, mount_args, settled_files_of, no_conflicted_copies, status_of, stop_daemon_at
 
 pytestmark = needs_fuse
 
@@ -25,7 +25,7 @@ def test_a_second_daemon_on_the_same_cache_dir_is_refused_and_touches_nothing(cl
     with Mount(cli, first_mnt, mount_args(emulator, cache), env=ENV) as first:
         (first_mnt / "before.txt").write_text("written before\n")
         assert cli.run("sync", "--timeout", "60", str(first_mnt)).returncode == 0
-        cache_before = files_of(cache)
+        cache_before = settled_files_of(cache)
         sockets_before = sorted(os.listdir(cli.runtime / "dbxfs"))
 
         result = cli.run(*mount_args(emulator, cache), str(second_mnt), env=ENV)
