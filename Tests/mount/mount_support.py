@@ -32,7 +32,7 @@ def write_seed(root):
     uni = root / "Ünïcödé ☃"
     uni.mkdir()
     (uni / "日本語.txt").write_text("こんにちは\n")
-    (uni / "emoji 😀.txt").write_text("smile\n")
+    (uni / "emoji ☺.txt").write_text("smile\n")   # a BMP emoji: Dropbox refuses 😀 (U+1F600)
     (uni / "café.txt").write_text("noël\n")
     many = root / "many"
     many.mkdir()

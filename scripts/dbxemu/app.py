@@ -11,6 +11,7 @@ import secrets
 from collections import namedtuple
 
 from . import routes_account, routes_files, routes_upload_sessions
+from .contention import Contention
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
 from .oauth import TokenRegistry
@@ -34,6 +35,7 @@ class App:
         self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
         self.rate_limiter = RateLimiter(self.settings)
         self.write_gate = WriteGate(self.settings)
+        self.contention = Contention(self.settings, self.stats)
         self.sessions = routes_upload_sessions.SessionStore(self.store)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)

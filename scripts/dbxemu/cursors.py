@@ -22,9 +22,10 @@ VERSION = 1
 
 class Cursor:
     __slots__ = ("epoch", "path_lower", "recursive", "include_deleted", "limit", "phase", "after",
-                 "start_seq", "position")
+                 "start_seq", "position", "order")
 
-    def __init__(self, epoch, path_lower, recursive, include_deleted, limit, phase, after, start_seq, position):
+    def __init__(self, epoch, path_lower, recursive, include_deleted, limit, phase, after, start_seq, position,
+                 order="path"):
         self.epoch = epoch
         self.path_lower = path_lower
         self.recursive = recursive
@@ -34,6 +35,7 @@ class Cursor:
         self.after = after          # last path_lower returned in a LIST phase
         self.start_seq = start_seq  # store seq when the listing began
         self.position = position    # last seq reported in the CHANGES phase
+        self.order = order          # listing_order when the listing began (listing_order.py)
 
     def copy(self, **changes):
         values = {k: getattr(self, k) for k in self.__slots__}

@@ -266,6 +266,22 @@ class Handler(BaseHTTPRequestHandler):
             body.drain()
             self.send_text(404, f'Unknown API function: "{route_name}"')
             return
+        try:
+            # A batch commit counts from its arrival (its latency included), so two batches sent
+            # at once overlap as they would on Dropbox, which commits one at a time per namespace.
+            in_batch_commit = app.contention.enter_batch_commit(route_name)
+        except ApiError as err:
+            body.drain()
+            self.send_error_for(err, route_name)
+            return
+        try:
+            self.handle_api_call(route_name, route, query, body)
+        finally:
+            if in_batch_commit:
+                app.contention.leave_batch_commit()
+
+    def handle_api_call(self, route_name, route, query, body):
+        app = self.server.app
         settings = app.settings
         latency = settings["latency_ms"]
         if latency:
@@ -273,7 +289,7 @@ class Handler(BaseHTTPRequestHandler):
         if not app.rate_limiter.allow():
             app.stats.count_fault("rate_limited")
             body.drain()
-            self.send_error_for(RateLimited("too_many_requests", 1), route_name)
+            self.send_error_for(RateLimited("too_many_requests", settings["retry_after"]), route_name)
             return
         if settings.roll("fail_rate"):
             app.stats.count_fault("fail")
@@ -292,8 +308,9 @@ class Handler(BaseHTTPRequestHandler):
             if route.write:
                 if not app.write_gate.enter():
                     app.stats.count_fault("write_limited")
-                    raise RateLimited("too_many_write_operations", 1)
+                    raise app.contention.rate_limited(header_only=True)
                 entered_gate = True
+                app.contention.check_call(route_name)
             arg = self.decode_arg(route, query, body)
             call = Call(app, route_name, arg, body, token, self, reset)
             if route.style == "upload":

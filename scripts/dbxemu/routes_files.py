@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 
-from . import cursors, paths
+from . import cursors, listing_order, paths
 from .cursors import CHANGES, LIST, LIST_DELETED, Cursor
 from .errors import BadRequest, RouteError, lookup_error, write_error
 from .hashing import ContentHasher
@@ -191,11 +191,12 @@ def listing_page(store, cursor):
     with store.lock:
         if cursor.phase in (LIST, LIST_DELETED):
             table = "entries" if cursor.phase == LIST else "tombstones"
-            rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1)
+            rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1,
+                                   descending=listing_order.descending(cursor))
             more = len(rows) > limit
             rows = rows[:limit]
             render = metadata if cursor.phase == LIST else deleted_metadata
-            entries = [render(r) for r in rows]
+            entries = listing_order.arrange([render(r) for r in rows], cursor)
             if more:
                 nxt, has_more = cursor.copy(after=rows[-1]["path_lower"]), True
             elif cursor.phase == LIST and cursor.include_deleted:
@@ -206,7 +207,8 @@ def listing_page(store, cursor):
             changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
             has_more = len(changed) > limit
             changed = changed[:limit]
-            entries = [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed]
+            entries = listing_order.arrange(
+                [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed], cursor)
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
         return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
 
@@ -229,7 +231,8 @@ def start_cursor(call):
                 raise lookup_error("not_folder")
         return Cursor(store.epoch, "" if target.is_root else target.row["path_lower"],
                       get_field(arg, "recursive", bool, False), get_field(arg, "include_deleted", bool, False),
-                      limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq)
+                      limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq,
+                      listing_order.order_for_new_cursor(call.app.settings))
 
 
 def list_folder(call):
@@ -382,6 +385,10 @@ def batch_entries(arg, limit=1000):
 def delete_batch(call):
     results = []
     for entry in batch_entries(args(call)):
+        contended = call.app.contention.entry_failure()
+        if contended is not None:
+            results.append({".tag": "failure", "failure": contended})
+            continue
         try:
             results.append({".tag": "success", **delete_one(call.app, entry)})
         except RouteError as err:
