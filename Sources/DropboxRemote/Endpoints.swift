@@ -49,6 +49,9 @@ public struct ClientConfiguration: Sendable {
     public var retryPolicy: RetryPolicy
     /// Idle easy handles kept for reuse (each keeps its connection open).
     public var maxIdleHandles: Int
+    /// Slow the whole client down after 429s (RequestPacer.swift). Off only for tests that look at
+    /// one call's own waits.
+    public var adaptivePacing = true
 
     public static let version = "0.1.0"
 

@@ -46,7 +46,9 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidOperation: self = .invalid
         case .cursorReset, .sessionGone: self = .io
         case .auth: self = .accessDenied
-        case .rateLimited, .unavailable, .other: self = .io
+        // Dropbox kept refusing for longer than a waiting caller is kept waiting: try again later.
+        case .rateLimited: self = .again
+        case .unavailable, .other: self = .io
         case .cancelled: self = Errno(ECANCELED)
         }
     }

@@ -91,13 +91,18 @@ struct MountBackend: CustomStringConvertible {
         }
         let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile),
                                    tokens: credentials.tokens)
-        let remote = DropboxRemoteStore(client: client, root: options.root)
+        // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
+        // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
+        // Both share one client: one connection pool, one token, one request pacer.
+        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root)
+        let uploadRemote = DropboxRemoteStore(client: client, root: options.root)
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
         // budget (~6 s) against a dead network. The watcher probes instead, every 1-2 s, on its own
         // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
         let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
+        let gatedUploads = OfflineGatedRemote(uploadRemote, state: offline, probeInterval: nil)
         let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                                              retryPolicy: RetryPolicy(maxAttempts: 2)),
                                           tokens: credentials.tokens)
@@ -111,7 +116,8 @@ struct MountBackend: CustomStringConvertible {
         config.keepWholeFiles = options.passthrough
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
-        let operations = try makeFilesystem(remote: gated, config: config, logger: logger, readOnly: options.readOnly)
+        let operations = try makeFilesystem(remote: gated, uploadRemote: gatedUploads, config: config, logger: logger,
+                                            readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
         let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: watcherRemote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
         if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
@@ -138,18 +144,26 @@ struct MountBackend: CustomStringConvertible {
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
     /// is built or stopped.
-    private static func makeFilesystem(remote: any RemoteStore, config: VFSConfig, logger: Logger, readOnly: Bool)
+    private static func makeFilesystem(remote: any RemoteStore, uploadRemote: any RemoteStore, config: VFSConfig,
+                                       logger: Logger, readOnly: Bool)
         throws(Failure) -> (filesystem: any FilesystemOperations, shutdown: () -> Void) {
         do {
             // Writable unless --read-only: the write-back engine journals in the cache directory
             // and resumes uploads left by an earlier run (killed, or unmounted before they finished).
-            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration())
+            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration(),
+                              uploadRemote: uploadRemote)
             // After unmount: drain the uploads (bounded), then let queued background work
             // (read-ahead, disk-cache writes) finish.
             return (vfs, { drainUploads(vfs, cacheDirectory: config.cacheDirectory, logger: logger); vfs.shutdown() })
         } catch {
             throw Failure(description: error.description)
         }
+    }
+
+    /// Seconds a FUSE request's remote calls may spend waiting out rate limits and back-offs before
+    /// the request fails (env DBXFS_FOREGROUND_WAIT_SECONDS, default 30; tests shorten it).
+    static var foregroundWaitSeconds: Double {
+        ProcessInfo.processInfo.environment["DBXFS_FOREGROUND_WAIT_SECONDS"].flatMap(Double.init) ?? 30
     }
 
     /// Seconds unmount waits for pending uploads (env DBXFS_UNMOUNT_DRAIN_SECONDS, default 120).
