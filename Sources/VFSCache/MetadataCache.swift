@@ -43,6 +43,8 @@ final class MetadataCache: @unchecked Sendable {
     /// True while the change watcher is connected and applying the feed: the held tree is then
     /// current (to within the feed's delay), so no TTL refresh is needed.
     var watched = false
+    /// Our case-only renames whose halfway steps the feed may still show (MetadataCache+CaseRenames.swift).
+    var caseRenames: [PendingCaseRename] = []
     private let listings = SingleFlight<InodeNumber, Void>()
 
     let remote: any RemoteStore
@@ -349,9 +351,9 @@ final class MetadataCache: @unchecked Sendable {
     }
 
     private func apply(_ changes: [RemoteChange], generation: UInt64) {
-        locked { table in
-            for change in changes { table.apply(change, generation: generation) }
-        }
+        lock.lock()
+        defer { lock.unlock() }
+        for change in changes where !isOwnCaseRenameStep(change) { table.apply(change, generation: generation) }
     }
 
     private func applyChildren(_ changes: [RemoteChange], of dir: InodeNumber, generation: UInt64) {
