@@ -149,3 +149,24 @@ def test_names_dropbox_refuses_are_refused_at_once(dbxfs_binary, emu, tmp_path, 
         assert result.returncode == 0, result.stdout + result.stderr
         assert os.path.exists(f"{root}/hello.txt")
         assert name.lower() not in "\n".join(os.listdir(root)).lower()
+
+
+# ----- smaller divergences: Unicode -----
+
+def test_non_ascii_root_matches_dropbox_lowercasing(dbxfs_binary, emu, tmp_path):
+    """A --root that Dropbox lowercases otherwise than Swift (İ: Dropbox's path_lower has i,
+    Swift's lowercased() i + U+0307), given decomposed (NFD): the mount shows the folder's files,
+    not an empty folder."""
+    emu.upload("/İstanbul Café/inside.txt", b"in", mode="overwrite")
+    emu.upload("/İstanbul Café/sub/deeper.txt", b"deep", mode="overwrite")
+    root = "/İstanbul Cafe\u0301"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache", "--root", root), env=dropbox_env(),
+               log_path=tmp_path / "dbxfs.log"):
+        assert sorted(os.listdir(mnt)) == ["inside.txt", "sub"]
+        assert (mnt / "sub" / "deeper.txt").read_bytes() == b"deep"
+        (mnt / "written.txt").write_bytes(b"w")
+        result = sync(dbxfs_binary, mnt)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert emu.download("/İstanbul Café/written.txt") == b"w"

@@ -17,10 +17,14 @@ final class DropboxRemoteStore: RemoteStore {
     let root: String
     private let rootLower: String
 
-    init(client: DropboxClient, root: String) {
+    /// `rootLower` is the root's `path_lower` as Dropbox reported it: Dropbox lowercases (and
+    /// composes, NFC) in its own way, and a root lowercased here would not match its paths, which
+    /// would make every entry look outside the root (docs/SEMANTICS.md, "Names"). Without it
+    /// (offline start) Swift's lowercasing stands in.
+    init(client: DropboxClient, root: String, rootLower: String? = nil) {
         self.client = client
         self.root = root
-        self.rootLower = root.lowercased()
+        self.rootLower = rootLower ?? root.lowercased()
     }
 
     // MARK: Paths

@@ -67,12 +67,14 @@ struct MountBackend: CustomStringConvertible {
             account = saved.account
             offlineAt = (saved.cacheDirectory, message)
         }
+        var rootLower: String?
         if !options.root.isEmpty && offlineAt == nil {
             do {
                 guard let root = try checker.metadataIfExists(path: options.root) else {
                     throw Failure(description: "--root \(options.root) does not exist on \(serverName)")
                 }
                 guard root.folder != nil else { throw Failure(description: "--root \(options.root) is a file, not a folder") }
+                rootLower = root.pathLower
             } catch let error as DropboxError {
                 throw Failure(description: startupMessage(error, server: serverName, fix: credentials.fixHint))
             } catch let error as Failure {
@@ -94,8 +96,9 @@ struct MountBackend: CustomStringConvertible {
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
-        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root)
-        let uploadRemote = DropboxRemoteStore(client: client, root: options.root)
+        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
+                                        rootLower: rootLower)
+        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower)
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
@@ -106,7 +109,7 @@ struct MountBackend: CustomStringConvertible {
         let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                                              retryPolicy: RetryPolicy(maxAttempts: 2)),
                                           tokens: credentials.tokens)
-        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
