@@ -205,3 +205,39 @@ def test_leading_double_slash_is_one(dbx, base):
     names = [e.name for e in dbx.files_list_folder("/" + base).entries]
     assert names == ["in.txt"]
     assert dbx.files_get_metadata("/" + base + "/in.txt").path_display == base + "/in.txt"
+
+
+def test_restricted_content_and_locked_paths(dbx, emu, base):
+    dbx.files_upload(b"secret", base + "/restricted.bin")
+    dbx.files_upload(b"held", base + "/locked.txt")
+    emu.path_state(base + "/RESTRICTED.bin", "restricted_content")
+    emu.path_state(base + "/locked.txt", "locked")
+    try:
+        with pytest.raises(ApiError) as exc:
+            dbx.files_download(base + "/restricted.bin")
+        assert exc.value.error.get_path().is_restricted_content()
+        assert dbx.files_get_metadata(base + "/restricted.bin").size == 6   # listed, not served
+        with pytest.raises(ApiError) as exc:
+            dbx.files_delete_v2(base + "/locked.txt")
+        assert exc.value.error.get_path_lookup().is_locked()
+        with pytest.raises(ApiError) as exc:
+            dbx.files_move_v2(base + "/locked.txt", base + "/moved.txt")
+        assert exc.value.error.get_from_lookup().is_locked()
+    finally:
+        emu.path_state(base + "/restricted.bin", None)
+        emu.path_state(base + "/locked.txt", None)
+    assert dbx.files_download(base + "/restricted.bin")[1].content == b"secret"
+
+
+def test_moves_over_the_entry_limit_are_too_many_files(dbx, emu, base):
+    for i in range(4):
+        dbx.files_upload(b"x", f"{base}/big/f{i}.txt")
+    emu.config(move_limit=4)   # the folder and its 4 files: 5 entries
+    with pytest.raises(ApiError) as exc:
+        dbx.files_move_v2(base + "/big", base + "/moved")
+    assert exc.value.error.is_too_many_files()
+    with pytest.raises(ApiError) as exc:
+        dbx.files_copy_v2(base + "/big", base + "/copied")
+    assert exc.value.error.is_too_many_files()
+    emu.config(move_limit=5)
+    dbx.files_move_v2(base + "/big", base + "/moved")

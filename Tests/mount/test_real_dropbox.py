@@ -170,3 +170,33 @@ def test_non_ascii_root_matches_dropbox_lowercasing(dbxfs_binary, emu, tmp_path)
         result = sync(dbxfs_binary, mnt)
         assert result.returncode == 0, result.stdout + result.stderr
     assert emu.download("/İstanbul Café/written.txt") == b"w"
+
+
+# ----- smaller divergences: restricted content, locked files, moves over 10,000 entries -----
+
+def test_restricted_locked_and_too_many_files_have_their_own_errno(dbxfs_binary, emu, tmp_path):
+    """Each refusal gets an errno that says what happened and a log line naming Dropbox's reason:
+    restricted content EACCES, a locked file EBUSY, a move over the entry limit EXDEV (so mv
+    copies and removes instead, as across filesystems)."""
+    emu.upload("/restricted.bin", b"not for you", mode="overwrite")
+    emu.upload("/locked.txt", b"held", mode="overwrite")
+    emu.path_state("/restricted.bin", "restricted_content")
+    emu.path_state("/locked.txt", "locked")
+    emu.config(move_limit=3)   # docs/deep holds 32 entries
+    with mount(dbxfs_binary, emu, tmp_path) as m:
+        root = m.path
+        errors = {}
+        for what, action in (("read", lambda: open(f"{root}/restricted.bin", "rb").read()),
+                             ("unlink", lambda: os.unlink(f"{root}/locked.txt")),
+                             ("rename", lambda: os.rename(f"{root}/docs/deep", f"{root}/deep-moved"))):
+            try:
+                action()
+                errors[what] = None
+            except OSError as err:
+                errors[what] = errno.errorcode.get(err.errno, err.errno)
+        print(f"errnos: {errors}")
+        assert errors == {"read": "EACCES", "unlink": "EBUSY", "rename": "EXDEV"}
+        log = m.read_log()
+        for reason in ("restricted_content", "locked", "too_many_files"):
+            assert reason in log, reason
+        assert os.path.exists(f"{root}/locked.txt") and os.path.isdir(f"{root}/docs/deep")

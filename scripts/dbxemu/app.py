@@ -12,6 +12,7 @@ from collections import namedtuple
 
 from . import routes_account, routes_files, routes_upload_sessions
 from .contention import Contention
+from .path_states import PathStates
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
 from .oauth import TokenRegistry
@@ -36,6 +37,7 @@ class App:
         self.rate_limiter = RateLimiter(self.settings)
         self.write_gate = WriteGate(self.settings)
         self.contention = Contention(self.settings, self.stats)
+        self.path_states = PathStates()
         self.sessions = routes_upload_sessions.SessionStore(self.store)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)

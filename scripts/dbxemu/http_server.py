@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 from .app import ROUTES
 from .errors import ApiError, AuthFailure, BadRequest, RateLimited, RouteError
 from .faults import Throttle
+from .paths import lower, nfc
 
 IO_CHUNK = 4 * 1024 * 1024
 MAX_RPC_BODY = 64 * 1024 * 1024
@@ -465,6 +466,14 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/_control/stats/reset" and self.command == "POST":
             app.stats.reset()
             self.send_json(200, app.stats.snapshot())
+        elif path == "/_control/path_state" and self.command == "POST":
+            try:
+                request = json.loads(raw or b"{}")
+                app.path_states.set(lower(nfc(request["path"])), request.get("state"))
+            except (ValueError, KeyError, TypeError) as err:
+                self.send_text(400, f"bad path_state: {err}")
+                return
+            self.send_json(200, {"path": request["path"], "state": request.get("state")})
         elif path == "/_control/reset_cursors" and self.command == "POST":
             app.store.invalidate_cursors()
             self.send_json(200, {"epoch": app.store.epoch})

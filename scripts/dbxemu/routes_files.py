@@ -313,6 +313,7 @@ def download(call):
                 raise lookup_error("not_found")
             if row["is_folder"]:
                 raise lookup_error("not_file")
+        call.app.path_states.check(row["path_lower"], "restricted_content", "path")
         md = metadata(row, tag=False)
         # Opened under the lock: the data stays readable even if a concurrent overwrite
         # prunes this revision's blob right after.
@@ -363,6 +364,7 @@ def delete_one(app, arg):
         target = store.resolve(path, wrapper="path_lookup")
         if target.row is None:
             raise lookup_error("not_found", "path_lookup")
+        app.path_states.check(target.row["path_lower"], "locked", "path_lookup")
         if parent_rev is not None and (target.row["is_folder"] or target.row["rev"] != parent_rev):
             raise write_error("conflict", "path_write", "file")
         return {"metadata": metadata(store.delete(target.row))}
@@ -423,9 +425,11 @@ def relocate(call, copy):
         src = store.resolve(from_path, wrapper="from_lookup")
         if src.row is None:
             raise lookup_error("not_found", "from_lookup")
+        if not copy:
+            call.app.path_states.check(src.row["path_lower"], "locked", "from_lookup")
         dst = store.resolve(to_path, wrapper="to", write=True)
         row = store.relocate(src.row, dst, get_field(arg, "autorename", bool, False), copy,
-                             quota=call.app.quota())
+                             quota=call.app.quota(), max_entries=call.app.settings["move_limit"])
     return {"metadata": metadata(row)}
 
 

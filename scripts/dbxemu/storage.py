@@ -494,8 +494,12 @@ class Store:
             self.db.executemany("DELETE FROM entries WHERE id = ?", [(r["id"],) for r in rows])
             return row
 
-    def relocate(self, src, dst_target, autorename, copy, quota=None):
-        """move_v2 / copy_v2 of the entry `src` to `dst_target`; returns the new top row."""
+    def relocate(self, src, dst_target, autorename, copy, quota=None, max_entries=None):
+        """move_v2 / copy_v2 of the entry `src` to `dst_target`; returns the new top row.
+
+        More than `max_entries` entries moved or copied (the folder and everything in it) is
+        `too_many_files`: "The operation would involve more than 10,000 files and folders"
+        (files.stone RelocationError)."""
         with self.write():
             src = self.get(src["path_lower"])
             dst_lower, dst_display = dst_target.path_lower, dst_target.display
@@ -521,6 +525,8 @@ class Store:
                 dst_lower = parent_lower + "/" + paths.lower(new_name)
                 dst_display = dst_display.rsplit("/", 1)[0] + "/" + new_name
             rows = self.subtree(src)
+            if max_entries and len(rows) > max_entries:
+                raise RouteError({".tag": "too_many_files"})
             if copy and quota:
                 extra = sum(r["size"] for r in rows if not r["is_folder"])
                 if self.used_bytes + extra > quota:

@@ -26,7 +26,8 @@ enum UploadRetryPolicy {
             return .retry(delay: backoff, pauseAll: false, resetSession: false)
         case .conflict:
             return .conflict
-        case .insufficientSpace, .disallowedName, .malformedPath, .auth, .notFolder, .notFile, .invalidOperation:
+        case .insufficientSpace, .disallowedName, .malformedPath, .auth, .notFolder, .notFile, .invalidOperation,
+             .restrictedContent, .locked, .tooManyFiles:
             return .hold
         case .notFound, .other, .cursorReset:
             // Unexpected answers (content_hash_mismatch, incorrect offsets...): start the upload

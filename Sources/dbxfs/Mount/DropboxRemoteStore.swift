@@ -236,9 +236,11 @@ final class DropboxRemoteStore: RemoteStore {
             case .other(let tag):
                 switch tag {
                 case "too_many_write_operations": return .rateLimited(retryAfter: 1)
+                case "too_many_files":
+                    return .tooManyFiles("\(path): more than 10,000 files and folders for one move or copy (too_many_files)")
                 case "cant_move_folder_into_itself", "cant_copy_shared_folder", "cant_nest_shared_folder",
                      "cant_move_shared_folder", "cant_move_into_vault", "cant_move_into_family",
-                     "duplicated_or_nested_paths", "too_many_files", "insufficient_quota":
+                     "duplicated_or_nested_paths", "insufficient_quota":
                     return tag == "insufficient_quota" ? .insufficientSpace : .invalidOperation("\(path): \(tag)")
                 default: return .other("\(path): \(summary.isEmpty ? tag : summary)")
                 }
@@ -263,6 +265,8 @@ final class DropboxRemoteStore: RemoteStore {
         case .notFile: .notFile(path)
         case .notFolder: .notFolder(path)
         case .malformedPath: .malformedPath(path)
+        case .restrictedContent: .restrictedContent("\(path): Dropbox restricts this content and will not serve it (restricted_content)")
+        case .locked: .locked("\(path): the file is locked on Dropbox (locked)")
         default: .other("\(path): \(summary)")
         }
     }
