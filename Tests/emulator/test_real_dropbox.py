@@ -241,3 +241,63 @@ def test_moves_over_the_entry_limit_are_too_many_files(dbx, emu, base):
     assert exc.value.error.is_too_many_files()
     emu.config(move_limit=5)
     dbx.files_move_v2(base + "/big", base + "/moved")
+
+
+@pytest.mark.parametrize("url, host", [("/content/2/files/list_folder", None), ("/api/2/files/upload", None),
+                                       ("/api/2/files/list_folder/longpoll", None),
+                                       ("/2/files/list_folder", "content.dropboxapi.com")])
+def test_a_route_on_the_wrong_host_is_refused(emu, url, host):
+    """Each route lives on one host (scripts/dbxemu/hosts.py; kunalvarma05/dropbox-php-sdk#100)."""
+    conn = tls_connection(emu)
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+    if host:
+        headers["Host"] = host
+    conn.request("POST", url, body=json.dumps({"path": ""}), headers=headers)
+    resp = conn.getresponse()
+    text = resp.read().decode()
+    assert resp.status == 400 and text.startswith("Incorrect host for API function"), text
+
+
+def test_routes_on_their_own_host_or_unnamed_pass(emu):
+    conn = tls_connection(emu)
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+    for url in ("/api/2/files/list_folder", "/2/files/list_folder"):
+        conn.request("POST", url, body=json.dumps({"path": ""}), headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        resp.read()
+
+
+@pytest.mark.parametrize("status, form, content_type", [(500, "text", "text/plain"), (502, "html", "text/html"),
+                                                        (503, "empty", "text/plain")])
+def test_server_errors_come_as_text_html_or_nothing(dbx, emu, status, form, content_type):
+    from dropbox.exceptions import InternalServerError
+    emu.config(fail_next=1, fail_status=status, fail_body=form)
+    with pytest.raises(InternalServerError) as exc:
+        dbx.users_get_space_usage()
+    assert exc.value.status_code == status
+    emu.config(fail_next=1, fail_status=status, fail_body=form)
+    conn = tls_connection(emu)
+    conn.request("POST", "/api/2/users/get_space_usage", headers={"Authorization": "Bearer " + emu.token})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == status and resp.getheader("Content-Type").startswith(content_type)
+    assert (body == b"") == (form == "empty") and (b"<html>" in body) == (form == "html")
+
+
+def test_missing_scope_and_forbidden(dbx, emu):
+    from dropbox.exceptions import AuthError
+    """Write commits refused as for an app without files.content.write, or a 403 AccessError."""
+    emu.config(deny_next=1, deny_form="missing_scope")
+    assert dbx.users_get_space_usage().used >= 0   # reads pass
+    with pytest.raises(AuthError) as exc:
+        dbx.files_create_folder_v2("/denied")
+    assert exc.value.error.is_missing_scope()
+    assert exc.value.error.get_missing_scope().required_scope == "files.content.write"
+    emu.config(deny_next=1, deny_form="forbidden")
+    conn = tls_connection(emu)
+    conn.request("POST", "/api/2/files/create_folder_v2", body=json.dumps({"path": "/denied"}),
+                 headers={"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 403 and json.loads(resp.read())["error"] == {".tag": "no_permission"}
+    assert emu.stats()["faults"]["denied"] >= 2

@@ -43,7 +43,8 @@ def write_seed(root):
 
 
 def dropbox_args(emulator, cache_dir, *extra):
-    return ["--api-base", emulator.url, "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
+    # One path prefix per Dropbox host: the emulator refuses a route sent to the wrong one.
+    return ["--api-base", emulator.url + "/{host}", "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
 
 
 def dropbox_env():

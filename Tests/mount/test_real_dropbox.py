@@ -200,3 +200,23 @@ def test_restricted_locked_and_too_many_files_have_their_own_errno(dbxfs_binary,
         for reason in ("restricted_content", "locked", "too_many_files"):
             assert reason in log, reason
         assert os.path.exists(f"{root}/locked.txt") and os.path.isdir(f"{root}/docs/deep")
+
+
+# ----- smaller divergences: error answers -----
+
+def test_missing_scope_and_server_error_pages(dbxfs_binary, emu, tmp_path):
+    """A 401 missing_scope says which permission the app lacks, in the log, and the call fails
+    with EACCES; 5xx answers whose body is an HTML page or nothing are retried like any 5xx."""
+    with mount(dbxfs_binary, emu, tmp_path) as m:
+        root = m.path
+        emu.config(fail_next=2, fail_status=502, fail_body="html")
+        os.mkdir(f"{root}/after-html")
+        emu.config(fail_next=2, fail_status=503, fail_body="empty")
+        os.mkdir(f"{root}/after-empty")
+        emu.config(deny_next=1, deny_form="missing_scope")
+        with pytest.raises(OSError) as err:
+            os.mkdir(f"{root}/denied")
+        assert err.value.errno == errno.EACCES
+        assert "lacks the permission files.content.write" in m.read_log()
+    names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    assert {"after-html", "after-empty"} <= names and "denied" not in names

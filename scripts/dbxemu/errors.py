@@ -66,6 +66,9 @@ class AuthFailure(ApiError):
 
     def body(self):
         err = {".tag": self.tag}
+        if self.tag == "missing_scope":
+            # The scope the emulator pretends the app lacks (AuthError.missing_scope, auth.stone).
+            err["required_scope"] = "files.content.write"
         return {"error_summary": error_summary(err), "error": err}
 
 

@@ -29,7 +29,12 @@ DEFAULTS = {
     "serialize_batch_commits": 1,    # a finish_batch overlapping another gets too_many_write_operations
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
-    "move_limit": 10000,             # move/copy/delete of more entries than this: too_many_files
+    "move_limit": 10000,             # move/copy of more entries than this: too_many_files
+    "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
+    "fail_status": 500,              # the status of those failures (500, 502, 503, 504...)
+    "fail_body": "text",             # their body: plain text, an HTML page, or empty
+    "deny_next": 0,                  # the next N write commits are refused (deny_form)...
+    "deny_form": "missing_scope",    # ...with 401 missing_scope or 403 no_permission
 }
 FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl",
               "write_contention_rate"}
@@ -38,6 +43,8 @@ PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
 CHOICE_KEYS = {
     "write_contention_form": ("mixed", "429", "429_header_only", "409", "batch_entry"),
     "listing_order": ("shuffled", "path"),
+    "fail_body": ("text", "html", "empty"),
+    "deny_form": ("missing_scope", "forbidden"),
 }
 
 
@@ -99,7 +106,7 @@ class Stats:
         with self._lock:
             self._requests = Counter()
             self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0,
-                                    "write_contention": 0, "batch_overlap": 0})
+                                    "write_contention": 0, "batch_overlap": 0, "denied": 0})
 
     def count_request(self, route):
         with self._lock:

@@ -246,8 +246,11 @@ final class DropboxRemoteStore: RemoteStore {
                 }
             case .uploadSession: return .other("\(path): \(summary)")
             }
+        case .auth(.missingScope(let scope), _):
+            return .auth("\(path): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "
+                         + "app's Permissions tab at https://www.dropbox.com/developers/apps, then link again (dbxfs auth)")
         case .auth(_, let summary): return .auth(summary.isEmpty ? "access token rejected" : summary)
-        case .accessDenied(let tag, _): return .auth("access denied (\(tag))")
+        case .accessDenied(let tag, _): return .auth("\(path): Dropbox refused access (403 \(tag))")
         case .rateLimited(_, let retryAfter): return .rateLimited(retryAfter: retryAfter)
         case .badInput(let message): return .other("\(path): bad request: \(message.prefix(200))")
         case .server(let status, let message): return .unavailable("\(path): HTTP \(status) \(message.prefix(200))")
