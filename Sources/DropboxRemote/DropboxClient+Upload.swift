@@ -139,7 +139,47 @@ extension DropboxClient {
     }
 
     /// Commits closed sessions together (finish_batch_v2, synchronous). One result per entry.
+    ///
+    /// Dropbox commits one batch at a time per namespace (files.stone on finish_batch: "should be
+    /// executed serially"; rclone's batcher): this client sends one at a time, the others wait here.
+    /// Entries refused with `too_many_write_operations` (their sessions are still open) are sent
+    /// again in a new batch after a jittered wait, as a 429 would be.
     public func uploadSessionFinishBatch(_ entries: [UploadSessionFinishEntry]) throws(DropboxError) -> [Result<FileMetadata, DropboxError>] {
+        batchCommits.lock()
+        defer { batchCommits.unlock() }
+        let policy = configuration.retryPolicy
+        var tally = RetryPolicy.Tally()
+        var results = [Result<FileMetadata, DropboxError>?](repeating: nil, count: entries.count)
+        var pending = Array(entries.indices)
+        while !pending.isEmpty {
+            let outcome = try finishBatchOnce(pending.map { entries[$0] })
+            var contended: [Int] = []
+            var contention: DropboxError?
+            for (index, result) in zip(pending, outcome) {
+                if case .failure(let error) = result, case .rateLimited = error {
+                    contended.append(index)
+                    contention = error
+                } else {
+                    results[index] = result
+                }
+            }
+            guard let contention else { break }
+            let decision = policy.decide(after: contention, tally: tally)
+            RetryPolicy.record(contention, decision: decision, in: &tally)
+            if case .rateLimited(_, let retryAfter) = contention { pacer?.rateLimited(retryAfter: retryAfter, slowDown: false) }
+            guard case .retry(let delay) = decision else {
+                for index in contended { results[index] = .failure(contention) }
+                break
+            }
+            statistics.countRetry(of: contention)
+            if !policy.sleeper.sleep(seconds: delay, cancel: nil) { throw .cancelled }
+            pending = contended
+        }
+        return results.map { $0 ?? .failure(.unexpectedResponse("finish_batch_v2 gave no result")) }
+    }
+
+    /// One finish_batch_v2 call, with the usual retries of the call itself.
+    private func finishBatchOnce(_ entries: [UploadSessionFinishEntry]) throws(DropboxError) -> [Result<FileMetadata, DropboxError>] {
         let route = Route.rpc("files/upload_session/finish_batch_v2")
         let arg: JSON = ["entries": .array(entries.map { entry in
             ["cursor": ["session_id": .string(entry.sessionID), "offset": .int(Int64(entry.length))],
@@ -157,8 +197,13 @@ extension DropboxClient {
                     out.append(Result { () throws(DropboxError) in try FileMetadata(json: result) })
                     continue
                 }
-                let error = DropboxError.route(RouteError(json: result["failure"] ?? .null, shape: .uploadSessionFinish),
-                                               summary: result["failure"]?.tag ?? "failure")
+                let failure = result["failure"] ?? .null
+                if RouteError.isWriteContention(failure) {
+                    out.append(.failure(.rateLimited(reason: RouteError.writeContentionTag, retryAfter: 1)))
+                    continue
+                }
+                let error = DropboxError.route(RouteError(json: failure, shape: .uploadSessionFinish),
+                                               summary: failure.tag ?? "failure")
                 if context.earlierAttemptMayHaveCommitted, case .route(.uploadSession, _) = error,
                    let committed = try alreadyCommitted(path: entry.commit.path, contentHash: entry.fileContentHash) {
                     out.append(.success(committed))

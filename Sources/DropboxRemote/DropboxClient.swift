@@ -15,13 +15,40 @@ public final class DropboxClient: Sendable {
     /// The token source; nil for a client used only for OAuth exchanges.
     public let tokens: TokenProvider?
     /// What the retry machinery absorbed since creation (or the last reset).
-    public let statistics = RetryStatistics()
+    public let statistics: RetryStatistics
     let transport: CurlTransport
+    /// The request rate, adapted to 429s, shared by every thread (nil: `adaptivePacing` off).
+    public let pacer: RequestPacer?
+    /// Dropbox commits one batch at a time per namespace: so do we (DropboxClient+Upload.swift).
+    let batchCommits: NSLock
 
     public init(configuration: ClientConfiguration = ClientConfiguration(), tokens: TokenProvider?) {
         self.configuration = configuration
         self.tokens = tokens
         self.transport = CurlTransport(configuration: configuration)
+        self.statistics = RetryStatistics()
+        self.pacer = configuration.adaptivePacing ? RequestPacer() : nil
+        self.batchCommits = NSLock()
+    }
+
+    private init(sharing client: DropboxClient, retryPolicy: RetryPolicy) {
+        var configuration = client.configuration
+        configuration.retryPolicy = retryPolicy
+        self.configuration = configuration
+        self.tokens = client.tokens
+        self.transport = client.transport
+        self.statistics = client.statistics
+        self.pacer = client.pacer
+        self.batchCommits = client.batchCommits
+    }
+
+    /// The same client (connections, token, pacer, counters) for callers who are waiting on the
+    /// answer, such as a FUSE request: one call spends at most `maxWait` seconds waiting out 429s,
+    /// back-offs and the pacer, then throws its last error instead.
+    public func bounded(maxWait: Double) -> DropboxClient {
+        var policy = configuration.retryPolicy
+        policy.maxTotalWait = maxWait
+        return DropboxClient(sharing: self, retryPolicy: policy)
     }
 
     /// Convenience: a long-lived token and optionally one base URL for all four hosts.
@@ -146,8 +173,23 @@ extension DropboxClient {
         let policy = configuration.retryPolicy
         var tally = RetryPolicy.Tally()
         var context = AttemptContext(number: 0, accessToken: nil, earlierAttemptMayHaveCommitted: false)
+        // Longpoll waits on purpose and is not rate limited: it never queues behind the pacer.
+        let pacer = route.host == .notify ? nil : self.pacer
+        var waited = 0.0
+        var lastError: DropboxError?
         while true {
             if cancel?.isCancelled == true { throw .cancelled }
+            if let pacer {
+                let budget = policy.maxTotalWait.map { max(0, $0 - waited) } ?? .infinity
+                guard let wait = pacer.reserve(limit: budget) else {
+                    // The client is paused for longer than this caller may wait.
+                    throw lastError ?? .rateLimited(reason: "paced", retryAfter: pacer.interval)
+                }
+                if wait > 0 {
+                    waited += wait
+                    if !CancellableSleeper().sleep(seconds: wait, cancel: cancel) { throw .cancelled }
+                }
+            }
             if route.authenticated, let tokens {
                 if tokens.needsProactiveRefresh() {
                     // Best effort: if it fails, the request's own 401 will drive the refresh.
@@ -157,9 +199,18 @@ extension DropboxClient {
             }
             let error: DropboxError
             do {
-                return try body(context)
+                let result = try body(context)
+                pacer?.succeeded()
+                return result
             } catch let failure {
                 error = failure
+            }
+            lastError = error
+            switch error {
+            case .rateLimited(let reason, let retryAfter):
+                pacer?.rateLimited(retryAfter: retryAfter, slowDown: reason != RouteError.writeContentionTag)
+            case .transport, .cancelled, .localIO: break
+            default: pacer?.succeeded()   // answered, and not rate limited
             }
             let decision = policy.decide(after: error, tally: tally)
             RetryPolicy.record(error, decision: decision, in: &tally)
@@ -171,7 +222,9 @@ extension DropboxClient {
                 _ = try tokens.refresh(replacing: used, using: refreshGrant)
                 statistics.countRetry(of: error)
             case .retry(let delay):
+                if let limit = policy.maxTotalWait, waited + delay > limit { throw error }
                 statistics.countRetry(of: error)
+                waited += delay
                 if !policy.sleeper.sleep(seconds: delay, cancel: cancel) { throw .cancelled }
             }
             if Self.mayHaveCommitted(error) { context.earlierAttemptMayHaveCommitted = true }

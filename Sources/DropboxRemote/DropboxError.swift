@@ -199,6 +199,19 @@ public enum RouteError: Sendable, Equatable {
     }
 }
 
+extension RouteError {
+    static let writeContentionTag = "too_many_write_operations"
+
+    /// Whether a route's error union says `too_many_write_operations`, at the top (DeleteError,
+    /// UploadSessionFinishError, a finish_batch entry's failure) or one union down (a WriteError in
+    /// `path`, `path_write`, `to`, `from_write`, or UploadWriteFailed's `reason`).
+    static func isWriteContention(_ error: JSON) -> Bool {
+        guard let tag = error.tag else { return false }
+        if tag == writeContentionTag { return true }
+        return error[tag]?.tag == writeContentionTag || error["reason"]?.tag == writeContentionTag
+    }
+}
+
 /// Which error union a route declares, so `RouteError.init(json:shape:)` can read its payloads.
 public enum RouteErrorShape: Sendable {
     case lookup, write, upload, uploadSession, uploadSessionFinish, delete, relocation, none
@@ -221,6 +234,12 @@ extension DropboxError {
             return .accessDenied(tag: json?["error"]?.tag ?? "unknown", summary: summary)
         case 409:
             guard let error = json?["error"] else { return .unexpectedResponse("409 without error: \(text.prefix(200))") }
+            // Write contention as a route error (inside WriteError, DeleteError, UploadSessionFinishError,
+            // UploadWriteFailed) means the same as its 429 form: wait and send the request again.
+            if RouteError.isWriteContention(error) {
+                let retryAfter = retryAfterHeader.flatMap { Double($0.trimmingCharacters(in: .whitespaces)) } ?? 1
+                return .rateLimited(reason: RouteError.writeContentionTag, retryAfter: retryAfter)
+            }
             return .route(RouteError(json: error, shape: shape), summary: summary)
         case 422:
             return .badInput("path root error: \(summary.isEmpty ? text : summary)")

@@ -1,5 +1,7 @@
 /// The four Dropbox base URLs. They default to the real hosts; one base URL (the emulator's
-/// `http://127.0.0.1:PORT`, or a compatible gateway) can replace all four at once. Bases carry
+/// `http://127.0.0.1:PORT`, or a compatible gateway) can replace all four at once, and a `{host}`
+/// in it becomes `api`, `content`, `notify` or `web` for each (`http://127.0.0.1:PORT/{host}`:
+/// the emulator then checks that every route goes to its own host, as Dropbox does). Bases carry
 /// their scheme, and routes are appended as `<base>/2/<route>` (SwiftyDropbox's model).
 public struct Endpoints: Sendable, Equatable {
     /// RPC routes and the OAuth token endpoint.
@@ -16,9 +18,10 @@ public struct Endpoints: Sendable, Equatable {
         self.notify = Self.trimmed(notify); self.web = Self.trimmed(web)
     }
 
-    /// All four bases replaced by one URL.
+    /// All four bases replaced by one URL; `{host}` in it names each host.
     public init(overridingAllWith base: String) {
-        self.init(api: base, content: base, notify: base, web: base)
+        func named(_ host: String) -> String { base.replacingOccurrences(of: "{host}", with: host) }
+        self.init(api: named("api"), content: named("content"), notify: named("notify"), web: named("web"))
     }
 
     public static let dropbox = Endpoints(
@@ -52,6 +55,9 @@ public struct ClientConfiguration: Sendable {
     /// Sent as `Dropbox-API-Path-Root` on every call (nil: none, the home namespace). A team
     /// member needs `.root(root_namespace_id)` to see the team space (rclone #2003, Maestral).
     public var pathRoot: PathRoot?
+    /// Slow the whole client down after 429s (RequestPacer.swift). Off only for tests that look at
+    /// one call's own waits.
+    public var adaptivePacing = true
 
     public static let version = "0.1.0"
 

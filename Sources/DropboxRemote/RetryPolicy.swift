@@ -2,11 +2,16 @@
 /// up. It is pure (the clock, the sleeper and the random source are injected), so its logic is
 /// unit-tested without a server; `DropboxClient.withRetries` is its only user.
 ///
-///   429                 wait `retry_after` (server's value, capped), up to `maxRateLimitWaits` times
+///   429, and 409 too_many_write_operations
+///                       wait at least `retry_after` (the server's value), longer after repeated
+///                       429s, jittered: uniform(1, 1.5) · retry_after · 1.5^(n-1) (capped), up to
+///                       `maxRateLimitWaits` times
 ///   5xx, transport      exponential backoff with full jitter: uniform(0, min(cap, base·2^n)),
 ///                       up to `maxAttempts` attempts in all
 ///   401 expired token   refresh (single flight, see TokenProvider), at most `maxTokenRefreshes`
 ///   anything else       fail at once
+/// `maxTotalWait` bounds the sum of one call's waits: a call made for a caller who is waiting
+/// (a FUSE request) gives up rather than wait longer; background work leaves it unbounded.
 import Foundation
 import Synchronization
 
@@ -20,18 +25,21 @@ public struct RetryPolicy: Sendable {
     /// Longest single wait for a 429, whatever `retry_after` says.
     public var maxRateLimitDelay: Double
     public var maxTokenRefreshes: Int
+    /// The most one call may spend waiting, between attempts and for the pacer (nil: no bound).
+    public var maxTotalWait: Double?
     /// Waits between attempts. Tests inject a recording sleeper to run without real delays.
     public var sleeper: any RetrySleeper
     /// A number in [0, 1) for the jitter.
     public var random: @Sendable () -> Double
 
     public init(maxAttempts: Int = 6, baseDelay: Double = 0.2, maxDelay: Double = 10, maxRateLimitWaits: Int = 20,
-                maxRateLimitDelay: Double = 300, maxTokenRefreshes: Int = 2,
+                maxRateLimitDelay: Double = 300, maxTokenRefreshes: Int = 2, maxTotalWait: Double? = nil,
                 sleeper: any RetrySleeper = CancellableSleeper(),
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.maxAttempts = maxAttempts; self.baseDelay = baseDelay; self.maxDelay = maxDelay
         self.maxRateLimitWaits = maxRateLimitWaits; self.maxRateLimitDelay = maxRateLimitDelay
-        self.maxTokenRefreshes = maxTokenRefreshes; self.sleeper = sleeper; self.random = random
+        self.maxTokenRefreshes = maxTokenRefreshes; self.maxTotalWait = maxTotalWait
+        self.sleeper = sleeper; self.random = random
     }
 
     /// The failures one call has met so far.
@@ -54,7 +62,7 @@ public struct RetryPolicy: Sendable {
         switch error {
         case .rateLimited(_, let retryAfter):
             guard tally.rateLimits < maxRateLimitWaits else { return .fail }
-            return .retry(after: min(max(retryAfter, 0), maxRateLimitDelay))
+            return .retry(after: rateLimitDelay(retryAfter: retryAfter, waits: tally.rateLimits + 1))
         case .server, .transport:
             guard tally.transientFailures + 1 < maxAttempts else { return .fail }
             return .retry(after: backoff(failures: tally.transientFailures + 1))
@@ -63,6 +71,15 @@ public struct RetryPolicy: Sendable {
         default:
             return .fail
         }
+    }
+
+    /// The wait after the n-th 429 of one call (n ≥ 1): never shorter than what the server asked
+    /// (waking earlier only earns another 429), growing when 429s repeat, and jittered upwards so
+    /// the threads that met the same limit do not all come back at the same instant.
+    public func rateLimitDelay(retryAfter: Double, waits n: Int) -> Double {
+        let asked = max(retryAfter, 0.1)
+        let grown = asked * pow(1.5, Double(min(n - 1, 6)))
+        return min(maxRateLimitDelay, grown * (1 + 0.5 * random()))
     }
 
     /// Full-jitter exponential backoff after the n-th failure (n ≥ 1).

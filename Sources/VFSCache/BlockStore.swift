@@ -20,7 +20,7 @@ final class BlockStore: @unchecked Sendable {
     /// Bumped by every purge.
     private let purgeEpoch = Atomic<Int>(0)
     /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
-    private let failures = Mutex<[BlockKey: String]>([:])
+    private let failures = Mutex<[BlockKey: FetchFailure]>([:])
     /// Whether the content-hash check uses the blocks' 4 MiB piece digests (see `CachedBlock`).
     let usesPieceDigests: Bool
     private let readAheadPool: WorkerPool
@@ -61,11 +61,10 @@ final class BlockStore: @unchecked Sendable {
                 try load(request, epoch: epoch)
             }
         } catch {
-            let cause = error == .timedOut
-                ? "not fetched within \(config.readTimeout) s"
-                : failures.withLock { $0[request.key] } ?? "\(error)"
+            let failure = failures.withLock { $0[request.key] }
+            let cause = error == .timedOut ? "not fetched within \(config.readTimeout) s" : failure?.cause ?? "\(error)"
             log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(request.range.lowerBound)..<\(request.range.upperBound) failed: \(cause)")
-            throw .io
+            throw error == .timedOut ? .io : failure?.errno ?? .io
         }
     }
 
@@ -222,7 +221,7 @@ final class BlockStore: @unchecked Sendable {
     /// position in `requests`) as soon as its last byte has arrived. Returns nil if every block
     /// was handed over, else why the rest were not.
     private func downloadBlocks(_ requests: [BlockRequest], computeDigests: Bool,
-                                ready: (Int, CachedBlock) -> Void) -> String? {
+                                ready: (Int, CachedBlock) -> Void) -> FetchFailure? {
         guard let first = requests.first, let last = requests.last else { return nil }
         var storage = CachedBlock.allocateStorage(byteCount: first.length)
         var filling = 0   // the block `storage` is for
@@ -254,21 +253,21 @@ final class BlockStore: @unchecked Sendable {
         }
         guard filling < requests.count else { return nil }
         CachedBlock.releaseStorage(storage)
-        if let failure { return "\(failure)" }
+        if let failure { return FetchFailure(failure) }
         let expected = Int(last.range.upperBound - first.range.lowerBound)
         let got = Int(requests[filling].range.lowerBound - first.range.lowerBound) + received
-        return "the server sent \(got) of \(expected) bytes"
+        return FetchFailure(cause: "the server sent \(got) of \(expected) bytes", errno: .io)
     }
 
     /// Notes why these blocks could not be fetched, for every reader that shared the fetch
     /// (`block(_:)` logs it for them; a read-ahead failure alone is only a debug line).
-    private func recordFailure(of requests: [BlockRequest], _ cause: String) {
+    private func recordFailure(of requests: [BlockRequest], _ failure: FetchFailure) {
         guard let first = requests.first, let last = requests.last else { return }
         let blocks = first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index)...\(last.key.index)"
-        log.debug("download of \(first.path) \(blocks) failed: \(cause)")
+        log.debug("download of \(first.path) \(blocks) failed: \(failure.cause)")
         failures.withLock { causes in
             if causes.count > 256 { causes.removeAll() }
-            for request in requests { causes[request.key] = cause }
+            for request in requests { causes[request.key] = failure }
         }
     }
 
@@ -305,5 +304,19 @@ final class BlockStore: @unchecked Sendable {
         pendingDiskBytes -= size
         diskQueue.broadcast()
         diskQueue.unlock()
+    }
+}
+
+/// Why a block could not be fetched: words for the log line, and the errno the reader gets (EIO,
+/// except EACCES for content Dropbox refuses to serve).
+struct FetchFailure {
+    let cause: String
+    let errno: Errno
+
+    init(cause: String, errno: Errno) { self.cause = cause; self.errno = errno }
+
+    init(_ error: RemoteError) {
+        cause = "\(error)"
+        if case .restrictedContent = error { errno = Errno(error) } else { errno = .io }
     }
 }

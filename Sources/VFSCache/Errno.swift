@@ -44,9 +44,15 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
         case .insufficientSpace: self = .noSpace
         case .disallowedName, .malformedPath: self = .invalid
         case .invalidOperation: self = .invalid
+        case .restrictedContent: self = .accessDenied
+        case .locked: self = .busy
+        // Not one rename on Dropbox: `mv` then copies and removes, as across filesystems.
+        case .tooManyFiles: self = .crossDevice
         case .cursorReset, .sessionGone: self = .io
         case .auth, .permissionDenied: self = .accessDenied
-        case .rateLimited, .unavailable, .other: self = .io
+        // Dropbox kept refusing for longer than a waiting caller is kept waiting: try again later.
+        case .rateLimited: self = .again
+        case .unavailable, .other: self = .io
         case .cancelled: self = Errno(ECANCELED)
         }
     }

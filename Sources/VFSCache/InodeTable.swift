@@ -114,14 +114,17 @@ struct InodeTable {
     }
 
     /// Applies an entry from a recursive listing or a change feed, where only the path says
-    /// where it belongs. Returns nil when its parent is unknown (Dropbox lists parents first, so
-    /// that only happens for entries outside what we track).
+    /// where it belongs. Missing parent folders are created (children may come before their
+    /// parent: InodeTable+Parents.swift); nil when a file is in the way.
     @discardableResult
     mutating func apply(_ change: RemoteChange, generation: UInt64) -> InodeNumber? {
         switch change {
         case .upsert(let entry):
             // path_display: only its last component's case is reliable, and case does not matter here.
-            guard !entry.pathDisplay.isEmpty, let parent = resolve(path: Self.parentPath(entry.pathDisplay)) else { return nil }
+            var created: [(parent: InodeNumber, name: String)] = []
+            guard !entry.pathDisplay.isEmpty,
+                  let parent = folderCreatingMissing(path: Self.parentPath(entry.pathDisplay), generation: generation,
+                                                     created: &created) else { return nil }
             return upsert(entry, under: parent, generation: generation)
         case .deleted(_, let pathDisplay):
             guard !pathDisplay.isEmpty, let ino = resolve(path: pathDisplay) else { return nil }

@@ -36,11 +36,18 @@ extension MetadataCache {
     }
 
     private func applyOne(_ change: RemoteChange, into result: inout AppliedChanges) {
+        if isOwnCaseRenameStep(change) { return }
         switch change {
         case .upsert(let entry):
+            // A child may come before its parent: the missing folders are made (InodeTable+Parents).
+            var created: [(parent: InodeNumber, name: String)] = []
             guard !entry.pathDisplay.isEmpty,
-                  let parent = table.resolve(path: InodeTable.parentPath(entry.pathDisplay)),
-                  table[parent]?.isDirectory == true else { return }
+                  let parent = table.folderCreatingMissing(path: InodeTable.parentPath(entry.pathDisplay), generation: 0,
+                                                           created: &created) else { return }
+            for folder in created {
+                result.invalidations.append(.entry(parent: folder.parent, name: folder.name))
+                result.invalidations.append(.inode(folder.parent))
+            }
             let key = InodeTable.key(entry.name)
             if let existing = table.child(of: parent, key: key), let node = table[existing] {
                 guard node.local == .remote else {

@@ -53,6 +53,8 @@ final class MetadataCache: @unchecked Sendable {
     /// exactly. The tree itself is no such snapshot: the mount's own operations change it
     /// before the feed reports them.
     var completeListing: (entries: [RemoteEntry], cursor: String)?
+    /// Our case-only renames whose halfway steps the feed may still show (MetadataCache+CaseRenames.swift).
+    var caseRenames: [PendingCaseRename] = []
     private let listings = SingleFlight<InodeNumber, Void>()
 
     let remote: any RemoteStore
@@ -393,10 +395,13 @@ final class MetadataCache: @unchecked Sendable {
         if done == nil { throw Self.listingErrno(Self.localChurn) }
     }
 
-    /// Applies listing or feed entries, except those the mount changed itself since `stamp`.
+    /// Applies listing or feed entries, except those the mount changed itself since `stamp`
+    /// and the halfway steps of its own case-only renames.
     private func apply(_ changes: [RemoteChange], generation: UInt64, since stamp: LocalChangeLog.Stamp) throws(RemoteError) {
         let done: Void? = applyingFetched(since: stamp) { changed in
-            for change in changes where !changed.covers(change) { table.apply(change, generation: generation) }
+            for change in changes where !changed.covers(change) && !isOwnCaseRenameStep(change) {
+                table.apply(change, generation: generation)
+            }
         }
         if done == nil { throw Self.localChurn }
     }

@@ -122,6 +122,12 @@ public enum RemoteError: Error, Sendable, Equatable {
     case malformedPath(String)
     /// A folder cannot be moved into itself, a shared folder cannot be nested, ...
     case invalidOperation(String)
+    /// Dropbox will not hand out this file's content (legal reasons: `restricted_content`).
+    case restrictedContent(String)
+    /// The file is locked on Dropbox (`locked`): someone holds its lock.
+    case locked(String)
+    /// A move or copy would involve more than Dropbox's 10,000 entries (`too_many_files`).
+    case tooManyFiles(String)
     /// The change cursor is no longer valid: relist from scratch.
     case cursorReset
     /// An upload session expired or is unknown on the server: upload again from the start.

@@ -529,7 +529,12 @@ extension VFS {
                 try deleteRemote(targetPath, alsoWhenMissing: true)
             }
             do throws(RemoteError) {
-                let entry = try remote.move(from: from, to: to)
+                // Dropbox ignores a move that changes only case: that one goes by a temporary name.
+                let caseOnly = WriteBackEngine.isCaseOnlyRename(from: from, to: to)
+                if caseOnly { metadata.expectCaseRename(of: from) }
+                let entry = caseOnly
+                    ? try writeBack.renameChangingCase(from: from, to: to, using: remote)
+                    : try remote.move(from: from, to: to)
                 moved = entry
                 if let rev = entry.rev { return [to: .revision(rev)] }
                 return [:]
@@ -560,7 +565,8 @@ extension VFS {
 
     private func checkName(_ name: String, in parent: InodeNumber) throws(Errno) {
         do throws(Errno) { try NameRules.check(name) } catch {
-            logger.warning("refused the name \"\(name)\" (\(error)): Dropbox does not accept it")
+            let why = NameRules.refusal(name).map { ": \($0)" } ?? ""
+            logger.warning("refused the name \"\(name)\" (\(error)): Dropbox does not accept it\(why)")
             throw error
         }
     }

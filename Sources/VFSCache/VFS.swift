@@ -59,8 +59,12 @@ public final class VFS: FilesystemOperations, Sendable {
     ///   - clock: TTL time source (tests inject a manual one).
     ///   - writeBack: the write-back engine's settings; nil for a read-only mount. Needs
     ///     `config.cacheDirectory` (the journal and staging files live there).
+    ///   - uploadRemote: what the write-back engine uploads through (default `remote`). The mount
+    ///     gives the facade a remote whose calls wait a bounded time (a FUSE caller is waiting)
+    ///     and the engine one that keeps retrying (nobody waits on an upload).
     public init(remote: any RemoteStore, config: VFSConfig, logger: Logger = Logger(), clock: TimeSource = .monotonic,
-                writeBack writeBackConfiguration: WriteBackConfiguration? = nil) throws(SetupError) {
+                writeBack writeBackConfiguration: WriteBackConfiguration? = nil,
+                uploadRemote: (any RemoteStore)? = nil) throws(SetupError) {
         precondition(config.blockSize > 0, "blockSize must be positive")
         self.config = config
         self.logger = logger
@@ -74,7 +78,8 @@ public final class VFS: FilesystemOperations, Sendable {
             var engineConfiguration = writeBackConfiguration
             if engineConfiguration.logger == nil { engineConfiguration.logger = logger }
             do throws(Errno) {
-                writeBack = try WriteBackEngine(cacheDirectory: directory, remote: remote, configuration: engineConfiguration,
+                writeBack = try WriteBackEngine(cacheDirectory: directory, remote: uploadRemote ?? remote,
+                                                configuration: engineConfiguration,
                                                 onEvent: { relay.deliver($0) })
             } catch {
                 throw SetupError(description: "cannot open the upload journal in \(directory.path): \(error)")

@@ -16,7 +16,7 @@ struct EmulatorRouteTests {
     }
 
     @Test func metadataListingAndUnicodeNames() throws {
-        let names = ["Café crème.txt", "😀 smile.md", "日本語のファイル", "Ωmega"]
+        let names = ["Café crème.txt", "☺ smile.md", "日本語のファイル", "Ωmega"]   // 😀 is refused: outside the BMP
         _ = try client.createFolder(path: "/Ünïcode")
         for name in names { _ = try put("/Ünïcode/\(name)", name) }
 
@@ -222,7 +222,7 @@ struct EmulatorRouteTests {
     @Test func oauthCodeFlowWithPKCEAndRefresh() throws {
         let pkce = PKCE()
         let url = client.authorizeURL(appKey: emulator.appKey, pkce: pkce, state: "s1")
-        #expect(url.hasPrefix(emulator.baseURL + "/oauth2/authorize?") && url.contains("code_challenge_method=S256"))
+        #expect(url.hasPrefix(emulator.baseURL + "/web/oauth2/authorize?") && url.contains("code_challenge_method=S256"))
         let code = try emulator.authorizationCode(for: url)
         let token = try client.exchangeCode(code, appKey: emulator.appKey, pkce: pkce)
         #expect(token.refreshToken != nil && token.expiresAt != nil && token.accountID != nil)

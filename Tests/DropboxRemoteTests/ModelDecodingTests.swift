@@ -79,6 +79,9 @@ import Testing
         #expect(e.api == "http://127.0.0.1:8080" && e.notify == e.api && e.content == e.api)
         #expect(e.tokenURL == "http://127.0.0.1:8080/oauth2/token")
         #expect(Endpoints.dropbox.content == "https://content.dropboxapi.com")
+        let named = Endpoints(overridingAllWith: "http://127.0.0.1:8080/{host}")
+        #expect(named.api == "http://127.0.0.1:8080/api" && named.content == "http://127.0.0.1:8080/content")
+        #expect(named.notify == "http://127.0.0.1:8080/notify" && named.authorizeURL == "http://127.0.0.1:8080/web/oauth2/authorize")
     }
 
     /// Expected value from Python: base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()), unpadded.

@@ -17,13 +17,44 @@ final class RecordingSleeper: RetrySleeper {
 
 @Suite struct RetryPolicyTests {
     @Test func rateLimitWaitsForRetryAfterAndIsCapped() {
-        let policy = RetryPolicy(maxRateLimitWaits: 2, maxRateLimitDelay: 60)
+        let policy = RetryPolicy(maxRateLimitWaits: 2, maxRateLimitDelay: 60, random: { 0 })
         var tally = RetryPolicy.Tally()
         let error = DropboxError.rateLimited(reason: "too_many_requests", retryAfter: 3)
         #expect(policy.decide(after: error, tally: tally) == .retry(after: 3))
         #expect(policy.decide(after: .rateLimited(reason: "x", retryAfter: 1000), tally: tally) == .retry(after: 60))
         tally.rateLimits = 2
         #expect(policy.decide(after: error, tally: tally) == .fail)
+    }
+
+    @Test func rateLimitWaitsAreJitteredUpwardsAndGrow() {
+        let low = RetryPolicy(maxRateLimitDelay: 300, random: { 0 })
+        let high = RetryPolicy(maxRateLimitDelay: 300, random: { 0.999999 })
+        // Never shorter than retry_after, at most half as long again.
+        #expect(low.rateLimitDelay(retryAfter: 2, waits: 1) == 2)
+        #expect(abs(high.rateLimitDelay(retryAfter: 2, waits: 1) - 3) < 0.001)
+        // Repeated 429s in one call wait longer: ×1.5 each, up to 1.5^6.
+        #expect(abs(low.rateLimitDelay(retryAfter: 2, waits: 3) - 4.5) < 0.001)
+        #expect(low.rateLimitDelay(retryAfter: 2, waits: 40) == low.rateLimitDelay(retryAfter: 2, waits: 7))
+    }
+
+    @Test func aCallWithAWaitBudgetGivesUpInsteadOfWaitingLonger() {
+        let sleeper = RecordingSleeper()
+        var policy = RetryPolicy(maxRateLimitWaits: 20, sleeper: sleeper, random: { 0 })
+        policy.maxTotalWait = 5
+        var configuration = ClientConfiguration(endpoints: Endpoints(overridingAllWith: "http://127.0.0.1:9"), retryPolicy: policy)
+        configuration.adaptivePacing = false
+        let client = DropboxClient(configuration: configuration, tokens: TokenProvider(accessToken: "t"))
+        var attempts = 0
+        #expect(throws: DropboxError.rateLimited(reason: "too_many_write_operations", retryAfter: 2)) {
+            try client.withRetries(route: .rpc("files/create_folder_v2")) { (_) throws(DropboxError) -> Void in
+                attempts += 1
+                throw .rateLimited(reason: "too_many_write_operations", retryAfter: 2)
+            }
+        }
+        // 2 s, then 3 s (2 × 1.5): the next wait would pass the 5 s budget.
+        #expect(sleeper.sleeps == [2, 3] && attempts == 3)
+        // The same client without a budget would have gone on; bounded(maxWait:) sets one.
+        #expect(client.bounded(maxWait: 30).configuration.retryPolicy.maxTotalWait == 30)
     }
 
     @Test func backoffIsExponentialJitteredAndCapped() {

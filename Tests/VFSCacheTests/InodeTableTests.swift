@@ -30,7 +30,28 @@ import Testing
         #expect(table.path(of: child) == "/Ünïcode Dir/Straße.TXT")
         table.apply(.deleted(pathLower: "/whatever", pathDisplay: "/ünïcode DIR"), generation: 2)
         #expect(table[dir] == nil && table[child] == nil)
-        #expect(table.apply(file("/missing/parent"), generation: 2) == nil)
+        // Under a file, an entry has no place.
+        let fileApplied = table.apply(file("/plain"), generation: 2)
+        _ = try #require(fileApplied)
+        #expect(table.apply(file("/plain/inside"), generation: 2) == nil)
+    }
+
+    @Test func childrenListedBeforeTheirParentsStillShow() throws {
+        var table = InodeTable()
+        // Dropbox may list children first (samschott/maestral#452): the missing folders are made...
+        let leafApplied = table.apply(file("/A/b/leaf.txt"), generation: 1)
+        let leaf = try #require(leafApplied)
+        #expect(table.path(of: leaf) == "/A/b/leaf.txt")
+        let b = try #require(table.resolve(path: "/a/B"))
+        #expect(table[b]?.isDirectory == true && table[b]?.id == nil)
+        // ...and fixed up when their own entries arrive: same inode, the id and the display case.
+        table.apply(folder("/a/B"), generation: 1)
+        table.apply(folder("/A"), generation: 1)
+        #expect(table.resolve(path: "/a/b") == b && table[b]?.id == "id:/a/B" && table[b]?.name == "B")
+        #expect(table.resolve(path: "/a/b/leaf.txt") == leaf)
+        // Made by this listing's generation: a sweep of older entries keeps them.
+        table.sweepAll(olderThan: 1)
+        #expect(table.resolve(path: "/a/b/leaf.txt") == leaf)
     }
 
     /// files.stone SharingInfo.read_only: "inside a read-only shared folder". An entry that comes

@@ -207,6 +207,39 @@ import Testing
         #expect(try w.vfs.readAll(w.vfs.resolve("/Dir2/moved.txt")) == Array("new".utf8))
     }
 
+    @Test func caseOnlyRenameGoesThroughATemporaryNameAndResumesAfterAStop() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/readme.md", "read me")
+        remote.externalWrite("/notes.txt", "notes")
+        let failing = FailingRemote(remote)
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        do {
+            let w = try Writable(failing, directory: directory)
+            // Dropbox keeps the old case on a direct case-only move: two moves via a temporary name.
+            remote.resetCounts()
+            try w.vfs.rename(parent: rootInode, name: "notes.txt", newParent: rootInode, newName: "Notes.TXT", flags: [])
+            #expect(try remote.metadata(path: "/notes.txt")?.name == "Notes.TXT")
+            #expect(remote.calls("move") == 2 && remote.allPaths() == ["/notes.txt", "/readme.md"])
+            // The second move fails past the retries: the file waits under its temporary name.
+            failing.setRule { name, path in name == "move" && path.contains(".dbxfs-case-") ? .unavailable("network down") : nil }
+            #expect(throws: Errno.io) {
+                try w.vfs.rename(parent: rootInode, name: "readme.md", newParent: rootInode, newName: "README.md", flags: [])
+            }
+            let parked = try #require(remote.allPaths().first { $0.contains(".dbxfs-case-") })
+            #expect(remote.content(parked) == Array("read me".utf8))
+        }
+        // The next mount (a new engine on the same journal) finishes the rename.
+        failing.setRule { _, _ in nil }
+        let again = try Writable(failing, directory: directory)
+        let deadline = Date().addingTimeInterval(10)
+        while (try? remote.metadata(path: "/readme.md"))??.name != "README.md" && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        #expect(try remote.metadata(path: "/readme.md")?.name == "README.md")
+        #expect(remote.content("/README.md") == Array("read me".utf8))
+        #expect(remote.allPaths() == ["/notes.txt", "/readme.md"])
+        _ = again
+    }
+
     @Test func refusedAndOverlongNames() throws {
         let w = try Writable(InMemoryRemote())
         for name in ["desktop.ini", "Thumbs.db", ".DS_Store", ".dropbox", ".dropbox.attr", "Icon\r"] {
@@ -214,6 +247,20 @@ import Testing
         }
         #expect(throws: Errno.nameTooLong) { try w.vfs.mkdir(parent: rootInode, name: String(repeating: "n", count: 256)) }
         _ = try w.vfs.mkdir(parent: rootInode, name: String(repeating: "é", count: 127))   // 254 bytes
+        // Names Dropbox answers with malformed_path, refused before anything is staged.
+        let (kept, opened) = try w.vfs.create(parent: rootInode, name: "kept.txt", flags: [.write])
+        try close(w.vfs, kept.attributes.ino, opened.handle)
+        for name in ["trailing space ", "tab\t", "back\\slash", "del\u{7F}", "emoji \u{1F600}"] {
+            #expect(throws: Errno.invalid) { try w.vfs.create(parent: rootInode, name: name, flags: [.write]) }
+            #expect(throws: Errno.invalid) { try w.vfs.mkdir(parent: rootInode, name: name) }
+            #expect(throws: Errno.invalid) {
+                try w.vfs.rename(parent: rootInode, name: "kept.txt", newParent: rootInode, newName: name, flags: [])
+            }
+        }
+        w.sync()
+        #expect(w.vfs.writeBack!.status().pendingFiles == 0)
+        // Accepted: a trailing dot, a leading space, symbols of the Basic Multilingual Plane.
+        for name in ["dot.", " leading", "snow ☃ ☺"] { _ = try w.vfs.mkdir(parent: rootInode, name: name) }
     }
 
     @Test func aConflictKeepsBothAndShowsTheCopy() throws {

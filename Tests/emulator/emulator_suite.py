@@ -34,8 +34,11 @@ def _free_port():
 
 PORT = _free_port()
 HOST = f"127.0.0.1:{PORT}"
-for var in ("DROPBOX_API_HOST", "DROPBOX_API_CONTENT_HOST", "DROPBOX_API_NOTIFY_HOST", "DROPBOX_WEB_HOST"):
-    os.environ[var] = HOST
+# Each host gets its own path prefix, so the emulator checks that every route goes to its own
+# host, as Dropbox does (scripts/dbxemu/hosts.py). The SDK builds https://{host}/2/{route}.
+for var, prefix in (("DROPBOX_API_HOST", "api"), ("DROPBOX_API_CONTENT_HOST", "content"),
+                    ("DROPBOX_API_NOTIFY_HOST", "notify"), ("DROPBOX_WEB_HOST", "web")):
+    os.environ[var] = f"{HOST}/{prefix}"
 
 
 def dropbox_hash(data):

@@ -90,10 +90,15 @@ def test_list_folder_direct_children_only(dbx, base):
     assert names == ["a.txt", "sub"] and res.has_more is False
 
 
-def test_list_folder_recursive_parents_first(dbx, base):
+def test_list_folder_recursive_parents_first(dbx, base, emu):
+    """With listing_order "path" (not the default: see test_real_dropbox.py for the shuffled one)."""
     dbx.files_upload(b"1", base + "/x/y/z.txt")
     dbx.files_upload(b"2", base + "/x b/w.txt")
-    res = dbx.files_list_folder(base, recursive=True)
+    emu.config(listing_order="path")
+    try:
+        res = dbx.files_list_folder(base, recursive=True)
+    finally:
+        emu.config(listing_order="shuffled")
     lowers = [e.path_lower for e in res.entries]
     assert lowers[0] == base.lower()
     for i, p in enumerate(lowers):
@@ -226,10 +231,10 @@ def test_download_content_and_metadata(dbx, base):
 
 
 def test_download_unicode_name(dbx, base):
-    path = base + "/Ünïcødé 文件 😀.txt"
+    path = base + "/Ünïcødé 文件 ☺.txt"
     dbx.files_upload("héllo".encode(), path)
     md, resp = dbx.files_download(path.lower())
-    assert md.name == "Ünïcødé 文件 😀.txt" and resp.content == "héllo".encode()
+    assert md.name == "Ünïcødé 文件 ☺.txt" and resp.content == "héllo".encode()
 
 
 def test_download_old_revision(dbx, base):
@@ -430,10 +435,15 @@ def test_move_folder_moves_children(dbx, base):
     assert md.id == up.id and md.path_display == base + "/dst/in/c.txt"
 
 
-def test_move_case_only_rename(dbx, base):
-    dbx.files_upload(b"c", base + "/case.txt")
+def test_move_case_only_rename_changes_nothing(dbx, base):
+    """As on Dropbox (files.stone on move_v2; takezoh/obsidian-air-sync#47): success, old case kept,
+    nothing in the change feed."""
+    up = dbx.files_upload(b"c", base + "/case.txt")
+    cursor = dbx.files_list_folder_get_latest_cursor(base, recursive=True).cursor
     res = dbx.files_move_v2(base + "/case.txt", base + "/CASE.txt")
-    assert res.metadata.name == "CASE.txt"
+    assert res.metadata.name == "case.txt" and res.metadata.id == up.id
+    assert dbx.files_get_metadata(base + "/CASE.TXT").path_display == base + "/case.txt"
+    assert dbx.files_list_folder_continue(cursor).entries == []
 
 
 def test_move_errors(dbx, base):

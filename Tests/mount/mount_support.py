@@ -32,7 +32,7 @@ def write_seed(root):
     uni = root / "Ünïcödé ☃"
     uni.mkdir()
     (uni / "日本語.txt").write_text("こんにちは\n")
-    (uni / "emoji 😀.txt").write_text("smile\n")
+    (uni / "emoji ☺.txt").write_text("smile\n")   # a BMP emoji: Dropbox refuses 😀 (U+1F600)
     (uni / "café.txt").write_text("noël\n")
     many = root / "many"
     many.mkdir()
@@ -43,7 +43,8 @@ def write_seed(root):
 
 
 def dropbox_args(emulator, cache_dir, *extra):
-    return ["--api-base", emulator.url, "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
+    # One path prefix per Dropbox host: the emulator refuses a route sent to the wrong one.
+    return ["--api-base", emulator.url + "/{host}", "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
 
 
 def dropbox_env():

@@ -15,6 +15,7 @@ Stable interface (other suites import this; change it only by adding):
         emu.config(fail_rate=0.1, latency_ms=20)   # POST /_control/config; returns the settings
         emu.stats()          # {"requests": {"files/list_folder": N, ...}, "total": N, "faults": {...}}
         emu.reset_stats()
+        emu.path_state("/f", "locked")   # or "restricted_content"; None clears it (path_states.py)
         emu.reset_cursors()  # every cursor issued so far answers 409 reset
         emu.api("files/create_folder_v2", {"path": "/a"})   # RPC call; returns the JSON result
         emu.upload("/a/b.txt", b"data", mode="overwrite")    # files/upload; returns FileMetadata
@@ -211,6 +212,10 @@ class Emulator:
 
     def account(self, **settings):
         return self._control("account", settings)
+
+    def path_state(self, path, state):
+        """Marks `path` "restricted_content" or "locked" (None clears it): path_states.py."""
+        return self._control("path_state", {"path": path, "state": state})
 
     def api(self, route, arg=None, path_root=None):
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/json"}

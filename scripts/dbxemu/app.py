@@ -12,6 +12,8 @@ import secrets
 from collections import namedtuple
 
 from . import routes_account, routes_export, routes_files, routes_upload_sessions
+from .contention import Contention
+from .path_states import PathStates
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
 from .namespaces import Account
@@ -41,6 +43,8 @@ class App:
         self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
         self.rate_limiter = RateLimiter(self.settings)
         self.write_gate = WriteGate(self.settings)
+        self.contention = Contention(self.settings, self.stats)
+        self.path_states = PathStates()
         self.sessions = routes_upload_sessions.SessionStore(self.store)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)

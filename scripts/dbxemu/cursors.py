@@ -22,10 +22,10 @@ VERSION = 1
 
 class Cursor:
     __slots__ = ("epoch", "path_lower", "recursive", "include_deleted", "limit", "phase", "after",
-                 "start_seq", "position", "view")
+                 "start_seq", "position", "view", "order")
 
     def __init__(self, epoch, path_lower, recursive, include_deleted, limit, phase, after, start_seq, position,
-                 view=None):
+                 view=None, order="path"):
         self.epoch = epoch
         self.path_lower = path_lower
         self.recursive = recursive
@@ -38,6 +38,7 @@ class Cursor:
         # The namespace view paths are shown in (namespaces.View.encode()); None: the account root.
         # `path_lower` is always the physical folder, so the cursor means the same in any request.
         self.view = view
+        self.order = order          # listing_order when the listing began (listing_order.py)
 
     def copy(self, **changes):
         values = {k: getattr(self, k) for k in self.__slots__}

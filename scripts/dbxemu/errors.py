@@ -66,21 +66,31 @@ class AuthFailure(ApiError):
 
     def body(self):
         err = {".tag": self.tag}
+        if self.tag == "missing_scope":
+            # The scope the emulator pretends the app lacks (AuthError.missing_scope, auth.stone).
+            err["required_scope"] = "files.content.write"
         return {"error_summary": error_summary(err), "error": err}
 
 
 class RateLimited(ApiError):
-    """429 with `{"reason": {".tag": reason}, "retry_after": N}` and a `Retry-After` header."""
+    """429 with `{"reason": {".tag": reason}, "retry_after": N}` and a `Retry-After` header.
+
+    `header_only`: the body has no `retry_after` field, only the header says how long to wait, as
+    in a real answer to a write-contended upload (dropbox/dropbox-sdk-go-unofficial#33).
+    """
     status = 429
 
-    def __init__(self, reason="too_many_requests", retry_after=1):
+    def __init__(self, reason="too_many_requests", retry_after=1, header_only=False):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.header_only = header_only
 
     def body(self):
-        return {"error_summary": self.reason + "/..",
-                "error": {"reason": {".tag": self.reason}, "retry_after": self.retry_after}}
+        error = {"reason": {".tag": self.reason}}
+        if not self.header_only:
+            error["retry_after"] = self.retry_after
+        return {"error_summary": self.reason + "/.", "error": error}
 
 
 def lookup_error(tag, wrapper="path"):

@@ -21,8 +21,31 @@ DEFAULTS = {
     "quota": 0,              # account size in bytes (0: 2 TiB)
     "longpoll_max_wait": 0,  # cap on how long longpoll really waits, for fast tests (0: no cap)
     "longpoll_backoff": 0,   # if set, every longpoll answer carries this `backoff`
+    # Real-Dropbox strictness (contention.py, listing_order.py; docs/EMULATOR.md "Stricter than kind")
+    "retry_after": 1,                # seconds every 429 asks for (RateLimitError.retry_after)
+    "write_contention_rate": 0.0,    # probability that a write commit meets too_many_write_operations
+    "write_contention_next": 0,      # the next N write commits (or batch entries) meet it, for tests
+    "write_contention_form": "mixed",  # how it is answered: see contention.FORMS
+    "serialize_batch_commits": 1,    # a finish_batch overlapping another gets too_many_write_operations
+    "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
+    "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
+    "move_limit": 10000,             # move/copy of more entries than this: too_many_files
+    "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
+    "fail_status": 500,              # the status of those failures (500, 502, 503, 504...)
+    "fail_body": "text",             # their body: plain text, an HTML page, or empty
+    "deny_next": 0,                  # the next N write commits are refused (deny_form)...
+    "deny_form": "missing_scope",    # ...with 401 missing_scope or 403 no_permission
 }
-FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl"}
+FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl",
+              "write_contention_rate"}
+PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
+# Settings whose value is one of a few words.
+CHOICE_KEYS = {
+    "write_contention_form": ("mixed", "429", "429_header_only", "409", "batch_entry"),
+    "listing_order": ("shuffled", "path"),
+    "fail_body": ("text", "html", "empty"),
+    "deny_form": ("missing_scope", "forbidden"),
+}
 
 
 class Settings:
@@ -39,9 +62,14 @@ class Settings:
                 raise ValueError(f"unknown setting {key!r}")
             if value is None:
                 value = DEFAULTS[key]
+            if key in CHOICE_KEYS:
+                if value not in CHOICE_KEYS[key]:
+                    raise ValueError(f"{key} must be one of {', '.join(CHOICE_KEYS[key])}")
+                clean[key] = value
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{key} must be a non-negative number")
-            if key in ("fail_rate", "reset_rate") and value > 1:
+            if key in PROBABILITY_KEYS and value > 1:
                 raise ValueError(f"{key} is a probability between 0 and 1")
             clean[key] = float(value) if key in FLOAT_KEYS else int(value)
         with self._lock:
@@ -60,6 +88,14 @@ class Settings:
         p = self[key]
         return p > 0 and random.random() < p
 
+    def take(self, key):
+        """Counts down the counter under `key`: True (and one less) while it is above zero."""
+        with self._lock:
+            if self._values[key] > 0:
+                self._values[key] -= 1
+                return True
+            return False
+
 
 class Stats:
     def __init__(self):
@@ -69,7 +105,8 @@ class Stats:
     def reset(self):
         with self._lock:
             self._requests = Counter()
-            self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0})
+            self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0,
+                                    "write_contention": 0, "batch_overlap": 0, "denied": 0})
 
     def count_request(self, route):
         with self._lock:

@@ -19,10 +19,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import account_seed, namespaces
+from . import account_seed, hosts, namespaces
 from .app import ROUTES
 from .errors import ApiError, AuthFailure, BadRequest, RateLimited, RouteError
 from .faults import Throttle
+from .paths import lower, nfc
 
 IO_CHUNK = 4 * 1024 * 1024
 MAX_RPC_BODY = 64 * 1024 * 1024
@@ -211,6 +212,19 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         raise ConnectionAborted()
 
+    def send_injected_failure(self, status, form):
+        """A 5xx as Dropbox's front ends send them: plain text, an nginx-style HTML page, or
+        nothing at all (Dropbox-Uploader#247 shows the HTML one for a 400)."""
+        reason = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+                  504: "Gateway Timeout"}.get(status, "Server Error")
+        if form == "html":
+            page = f"<html><body><h1>{status} {reason}</h1>\n(injected fault)\n</body></html>\n"
+            self.send_bytes(status, page.encode(), "text/html")
+        elif form == "empty":
+            self.send_bytes(status, b"", "text/plain")
+        else:
+            self.send_text(status, f"{reason} (injected fault)")
+
     def send_error_for(self, err, route):
         if isinstance(err, BadRequest):
             self.send_text(400, f'Error in call to API function "{route}": {err.text}')
@@ -227,18 +241,23 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
         body = RequestBody(self.rfile, self.headers, self.throttle)
+        path, self.asked_host = hosts.split(url.path, self.headers.get("Host"))
         try:
-            if url.path.startswith("/_control/"):
-                self.handle_control(url.path, body)
-            elif url.path == "/oauth2/authorize":
+            if path.startswith("/_control/"):
+                self.handle_control(path, body)
+            elif path == "/oauth2/authorize":
                 app.stats.count_request("oauth2/authorize")
+                if self.refuse_host("oauth2/authorize", "web", body):
+                    return
                 self.send_response_object(app.tokens.authorize(url.query))
-            elif url.path == "/oauth2/token":
+            elif path == "/oauth2/token":
                 app.stats.count_request("oauth2/token")
+                if self.refuse_host("oauth2/token", "api", body):
+                    return
                 form = body.read_all(1 << 20).decode("utf-8", "replace") or url.query
                 self.send_response_object(app.tokens.token(form, self.headers.get("Authorization")))
-            elif url.path.startswith("/2/"):
-                self.handle_api(url.path[3:], query, body)
+            elif path.startswith("/2/"):
+                self.handle_api(path[3:], query, body)
             else:
                 self.send_text(404, "Not Found")
             if not body.done:
@@ -256,6 +275,16 @@ class Handler(BaseHTTPRequestHandler):
             except (OSError, ValueError):
                 pass
 
+    def refuse_host(self, function, expected, body):
+        """Answers the 400 of a request sent to the wrong host; True if it did."""
+        try:
+            hosts.check(function, expected, self.asked_host)
+            return False
+        except BadRequest as err:
+            body.drain()
+            self.send_text(400, err.text)
+            return True
+
     def send_response_object(self, resp):
         self.send_bytes(resp.status, resp.body, resp.content_type, resp.headers)
 
@@ -267,6 +296,24 @@ class Handler(BaseHTTPRequestHandler):
             body.drain()
             self.send_text(404, f'Unknown API function: "{route_name}"')
             return
+        if self.refuse_host(route_name, hosts.route_host(route_name, route.style), body):
+            return
+        try:
+            # A batch commit counts from its arrival (its latency included), so two batches sent
+            # at once overlap as they would on Dropbox, which commits one at a time per namespace.
+            in_batch_commit = app.contention.enter_batch_commit(route_name)
+        except ApiError as err:
+            body.drain()
+            self.send_error_for(err, route_name)
+            return
+        try:
+            self.handle_api_call(route_name, route, query, body)
+        finally:
+            if in_batch_commit:
+                app.contention.leave_batch_commit()
+
+    def handle_api_call(self, route_name, route, query, body):
+        app = self.server.app
         settings = app.settings
         latency = settings["latency_ms"]
         if latency:
@@ -274,13 +321,14 @@ class Handler(BaseHTTPRequestHandler):
         if not app.rate_limiter.allow():
             app.stats.count_fault("rate_limited")
             body.drain()
-            self.send_error_for(RateLimited("too_many_requests", 1), route_name)
+            self.send_error_for(RateLimited("too_many_requests", settings["retry_after"]), route_name)
             return
-        if settings.roll("fail_rate"):
+        if settings.take("fail_next") or settings.roll("fail_rate"):
             app.stats.count_fault("fail")
             body.drain()
-            self.send_text(500, "Internal Server Error (injected fault)")
+            self.send_injected_failure(settings["fail_status"], settings["fail_body"])
             return
+
         reset = settings.roll("reset_rate")
         if reset:
             app.stats.count_fault("reset")
@@ -296,8 +344,14 @@ class Handler(BaseHTTPRequestHandler):
             if route.write:
                 if not app.write_gate.enter():
                     app.stats.count_fault("write_limited")
-                    raise RateLimited("too_many_write_operations", 1)
+                    raise app.contention.rate_limited(header_only=True)
                 entered_gate = True
+                if settings.take("deny_next"):
+                    # An app without the files.content.write scope, or an account that may not write.
+                    app.stats.count_fault("denied")
+                    raise (AuthFailure("missing_scope") if settings["deny_form"] == "missing_scope"
+                           else RouteError({".tag": "no_permission"}, status=403))
+                app.contention.check_call(route_name)
             arg = self.decode_arg(route, query, body)
             call = Call(app, route_name, arg, body, token, self, reset)
             if route.style == "upload":
@@ -453,6 +507,14 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/_control/stats/reset" and self.command == "POST":
             app.stats.reset()
             self.send_json(200, app.stats.snapshot())
+        elif path == "/_control/path_state" and self.command == "POST":
+            try:
+                request = json.loads(raw or b"{}")
+                app.path_states.set(lower(nfc(request["path"])), request.get("state"))
+            except (ValueError, KeyError, TypeError) as err:
+                self.send_text(400, f"bad path_state: {err}")
+                return
+            self.send_json(200, {"path": request["path"], "state": request.get("state")})
         elif path == "/_control/reset_cursors" and self.command == "POST":
             app.store.invalidate_cursors()
             self.send_json(200, {"epoch": app.store.epoch})

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import sys
@@ -10,6 +11,7 @@ import time
 
 from . import account_seed, namespaces
 from .app import App
+from .faults import CHOICE_KEYS
 from .errors import RouteError
 from .hashing import content_hash_of_file
 from .http_server import Server
@@ -39,6 +41,17 @@ def parse_args(argv):
     p.add_argument("--write-rate-limit", type=int, default=0, help="write commits in flight")
     p.add_argument("--token-ttl", type=float, default=0, help="seconds an OAuth access token lives")
     p.add_argument("--quota", type=int, default=0, help="account size in bytes")
+    p.add_argument("--retry-after", type=int, default=1, help="seconds every 429 asks the client to wait")
+    p.add_argument("--write-contention-rate", type=float, default=0.0,
+                   help="probability that a write commit meets too_many_write_operations")
+    p.add_argument("--write-contention-form", default="mixed", choices=CHOICE_KEYS["write_contention_form"])
+    p.add_argument("--allow-concurrent-batch-commits", action="store_true",
+                   help="do not refuse a finish_batch that overlaps another (Dropbox does)")
+    p.add_argument("--listing-order", default="shuffled", choices=CHOICE_KEYS["listing_order"],
+                   help="shuffled (children may come before parents, as on Dropbox) or path (parents first)")
+    p.add_argument("--listing-seed", type=int, help="seed of the shuffled order (default: random, printed)")
+    p.add_argument("--move-limit", type=int, default=10000,
+                   help="entries a move, copy or delete may involve before too_many_files")
     p.add_argument("--app-key", help="the only accepted OAuth client_id (default: any)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = p.parse_args(argv)
@@ -58,11 +71,15 @@ def import_seed(app, src):
         dirnames.sort()
         rel = os.path.relpath(dirpath, src)
         base = "" if rel == "." else "/" + rel.replace(os.sep, "/")
-        for d in dirnames:
-            with store.lock:
-                target = store.resolve(base + "/" + d, write=True)
-                if target.row is None:
-                    store.create_folder(target, False)
+        for d in list(dirnames):
+            try:
+                with store.lock:
+                    target = store.resolve(base + "/" + d, write=True)
+                    if target.row is None:
+                        store.create_folder(target, False)
+            except RouteError as err:
+                print(f"dbx-emulator: --seed skips {os.path.join(dirpath, d)} and what it holds: {err}", file=sys.stderr)
+                dirnames.remove(d)
         for name in sorted(filenames):
             local = os.path.join(dirpath, name)
             st = os.stat(local)
@@ -99,7 +116,14 @@ def main(argv=None):
     os.makedirs(args.data, exist_ok=True)
     settings = {"latency_ms": args.latency_ms, "bandwidth": args.bandwidth, "fail_rate": args.fail_rate,
                 "reset_rate": args.reset_rate, "rate_limit": args.rate_limit,
-                "write_rate_limit": args.write_rate_limit, "token_ttl": args.token_ttl, "quota": args.quota}
+                "write_rate_limit": args.write_rate_limit, "token_ttl": args.token_ttl, "quota": args.quota,
+                "retry_after": args.retry_after, "write_contention_rate": args.write_contention_rate,
+                "write_contention_form": args.write_contention_form,
+                "serialize_batch_commits": 0 if args.allow_concurrent_batch_commits else 1,
+                "listing_order": args.listing_order, "move_limit": args.move_limit,
+                "listing_seed": args.listing_seed if args.listing_seed is not None else random.randrange(1 << 31)}
+    if args.listing_order == "shuffled" and args.listing_seed is None:
+        print(f"dbx-emulator: listing order shuffled with --listing-seed {settings['listing_seed']}", file=sys.stderr)
     app = App(args.data, settings, args.token, args.app_key, args.control_token, team_space=args.team_space)
     token_file = os.path.join(args.data, "control-token")
     with open(token_file + ".tmp", "w") as f:

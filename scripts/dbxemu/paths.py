@@ -6,7 +6,9 @@ only) or `ns:<namespace>/a/b`. Pattern failures are 400 text errors (the stone v
 before the route); structurally odd paths such as `/a//b` or `/a/` are 409 `malformed_path`.
 """
 
+import functools
 import re
+import unicodedata
 
 from .errors import BadRequest
 
@@ -40,23 +42,68 @@ def check_pattern(field, value, kind):
 
 
 def lower(path):
-    """The case folding used for path_lower and for every lookup."""
-    return path.lower()
+    """The case folding used for path_lower and for every lookup: Dropbox's own, which is Python
+    2.5's unicode.lower() (samschott/maestral PR #409): character by character (so a final sigma
+    is σ, never ς), simple mappings only (İ becomes i), and only for characters its old Unicode
+    database knows (U+A64A Ꙋ stays as it is). Approximated with the Unicode 3.2 database Python
+    still ships (Dropbox's is 4.1; the few cased letters added in 4.0-4.1 differ)."""
+    if path.isascii():
+        return path.lower()
+    return "".join(_lower_char(c) for c in path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lower_char(c):
+    if c == "\u0130":
+        return "i"
+    if unicodedata.ucd_3_2_0.category(c) == "Cn":
+        return c
+    folded = c.lower()
+    return folded if len(folded) == 1 else c
+
+
+def nfc(text):
+    """Dropbox stores names composed (NFC), in path_display too (maestral sync.py,
+    get_index_entry_for_local_path), so "é" typed as e + U+0301 and as U+00E9 is one file."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def refused_name(name):
+    """Why Dropbox answers malformed_path for this name, or None. Sources (docs/EMULATOR.md):
+    trailing whitespace ("Paths may not end with a slash or whitespace", Dropbox staff in
+    dropbox/dropbox-sdk-obj-c#277; MarquisLP/World-Scribe#57; rclone#3481), backslash and DEL
+    (rclone's Dropbox encoder: "names with trailing spaces and the DEL character don't work",
+    backend/dropbox/dropbox.go), characters outside the Basic Multilingual Plane such as most
+    emoji (Dropbox staff in dropbox/dropbox-sdk-java#42; rclone#6199)."""
+    if name[-1:].isspace():
+        return "ends with whitespace"
+    if "\\" in name:
+        return "contains a backslash"
+    if "\x7f" in name:
+        return "contains DEL"
+    if any(ord(c) > 0xFFFF for c in name):
+        return "has a character outside the Basic Multilingual Plane"
+    return None
 
 
 def split_components(path):
-    """Splits `/a/b` into ["a", "b"]; returns None when the path is malformed.
+    """Splits `/a/b` into ["a", "b"] (NFC); returns None when the path is malformed.
 
-    Malformed: an empty component (`//`, trailing `/`), `.` or `..`, or a name too long.
-    "" and the bare root give [].
+    Malformed: an empty component (`//` inside, trailing `/`), `.` or `..`, a name too long, or a
+    name Dropbox refuses (`refused_name`). "" and the bare root give []. A path that starts with
+    several slashes (`//tree`, which rclone sends for its root) is read with one: the stone
+    pattern admits it and Dropbox answers it.
     """
     if path == "":
         return []
     if not path.startswith("/"):
         return None
-    parts = path[1:].split("/")
+    path = "/" + path.lstrip("/")
+    if path == "/":
+        return []
+    parts = nfc(path[1:]).split("/")
     for part in parts:
-        if part in ("", ".", "..") or len(part) > MAX_NAME_LENGTH or "\x00" in part:
+        if part in ("", ".", "..") or len(part) > MAX_NAME_LENGTH or "\x00" in part or refused_name(part):
             return None
     return parts
 

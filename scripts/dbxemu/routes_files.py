@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 
-from . import cursors, namespaces, paths
+from . import cursors, listing_order, namespaces, paths
 from .cursors import CHANGES, LIST, LIST_DELETED, Cursor
 from .errors import BadRequest, RouteError, lookup_error, write_error
 from .hashing import ContentHasher
@@ -199,11 +199,12 @@ def _listing_page(store, cursor, view):
     with store.lock:
         if cursor.phase in (LIST, LIST_DELETED):
             table = "entries" if cursor.phase == LIST else "tombstones"
-            rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1)
+            rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1,
+                                   descending=listing_order.descending(cursor))
             more = len(rows) > limit
             rows = rows[:limit]
             render = metadata if cursor.phase == LIST else deleted_metadata
-            entries = [render(r) for r in rows if not outside(r)]
+            entries = listing_order.arrange([render(r) for r in rows if not outside(r)], cursor)
             if more:
                 nxt, has_more = cursor.copy(after=rows[-1]["path_lower"]), True
             elif cursor.phase == LIST and cursor.include_deleted:
@@ -214,8 +215,8 @@ def _listing_page(store, cursor, view):
             changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
             has_more = len(changed) > limit
             changed = changed[:limit]
-            entries = [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed
-                       if not outside(r)]
+            entries = listing_order.arrange(
+                [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed if not outside(r)], cursor)
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
         return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
 
@@ -240,7 +241,8 @@ def start_cursor(call):
         return Cursor(store.epoch, target.path_lower if target.is_root else target.row["path_lower"],
                       get_field(arg, "recursive", bool, False), get_field(arg, "include_deleted", bool, False),
                       limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq,
-                      view.encode() if view.prefix_lower else None)
+                      view.encode() if view.prefix_lower else None,
+                      listing_order.order_for_new_cursor(call.app.settings))
 
 
 def list_folder(call):
@@ -328,6 +330,7 @@ def download(call):
     store = call.app.store
     with store.lock:
         row = read_file_row(store, path, rev)
+        call.app.path_states.check(row["path_lower"], "restricted_content", "path")
         call.app.exports.refuse_download(row)
         md = metadata(row, tag=False)
         # Opened under the lock: the data stays readable even if a concurrent overwrite
@@ -379,6 +382,7 @@ def delete_one(app, arg):
         target = store.resolve(path, wrapper="path_lookup")
         if target.row is None:
             raise lookup_error("not_found", "path_lookup")
+        app.path_states.check(target.row["path_lower"], "locked", "path_lookup")
         store.check_writable(target.row["path_lower"], "path_write")
         if parent_rev is not None and (target.row["is_folder"] or target.row["rev"] != parent_rev):
             raise write_error("conflict", "path_write", "file")
@@ -402,6 +406,10 @@ def batch_entries(arg, limit=1000):
 def delete_batch(call):
     results = []
     for entry in batch_entries(args(call)):
+        contended = call.app.contention.entry_failure()
+        if contended is not None:
+            results.append({".tag": "failure", "failure": contended})
+            continue
         try:
             results.append({".tag": "success", **delete_one(call.app, entry)})
         except RouteError as err:
@@ -436,9 +444,11 @@ def relocate(call, copy):
         src = store.resolve(from_path, wrapper="from_lookup")
         if src.row is None:
             raise lookup_error("not_found", "from_lookup")
+        if not copy:
+            call.app.path_states.check(src.row["path_lower"], "locked", "from_lookup")
         dst = store.resolve(to_path, wrapper="to", write=True)
         row = store.relocate(src.row, dst, get_field(arg, "autorename", bool, False), copy,
-                             quota=call.app.quota())
+                             quota=call.app.quota(), max_entries=call.app.settings["move_limit"])
     return {"metadata": metadata(row)}
 
 

@@ -299,6 +299,10 @@ def finish(call):
 def finish_entries(call):
     results = []
     for entry in batch_entries(args(call)):
+        contended = call.app.contention.entry_failure()
+        if contended is not None:
+            results.append({".tag": "failure", "failure": contended})
+            continue
         try:
             results.append({".tag": "success", **finish_one(call, entry, with_body=False)})
         except RouteError as err:

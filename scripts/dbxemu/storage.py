@@ -338,13 +338,19 @@ class Store:
         return ("path_lower >= ? AND path_lower < ? AND (path_lower = ? OR path_lower >= ?)",
                 (path_lower, path_lower + "0", path_lower, path_lower + "/"))
 
-    def list_rows(self, table, path_lower, recursive, after, limit):
-        """Live entries (or tombstones) in scope with path_lower > after, in path order."""
+    def list_rows(self, table, path_lower, recursive, after, limit, descending=False):
+        """Live entries (or tombstones) in scope after `after` in path order (path_lower > after),
+        or, `descending`, in reverse path order (path_lower < after; "" starts at the end)."""
         where, params = self._scope(path_lower, recursive)
         cols = ENTRY_COLUMNS if table == "entries" else "*"
+        if not descending:
+            return self.db.execute(
+                f"SELECT {cols} FROM {table} WHERE {where} AND path_lower > ? ORDER BY path_lower LIMIT ?",
+                params + (after, limit)).fetchall()
+        bound, bound_params = ("AND path_lower < ?", (after,)) if after else ("", ())
         return self.db.execute(
-            f"SELECT {cols} FROM {table} WHERE {where} AND path_lower > ? ORDER BY path_lower LIMIT ?",
-            params + (after, limit)).fetchall()
+            f"SELECT {cols} FROM {table} WHERE {where} {bound} ORDER BY path_lower DESC LIMIT ?",
+            params + bound_params + (limit,)).fetchall()
 
     @staticmethod
     def _by_seq(table, recursive):
@@ -538,8 +544,12 @@ class Store:
             self.db.executemany("DELETE FROM entries WHERE id = ?", [(r["id"],) for r in rows])
             return row
 
-    def relocate(self, src, dst_target, autorename, copy, quota=None):
-        """move_v2 / copy_v2 of the entry `src` to `dst_target`; returns the new top row."""
+    def relocate(self, src, dst_target, autorename, copy, quota=None, max_entries=None):
+        """move_v2 / copy_v2 of the entry `src` to `dst_target`; returns the new top row.
+
+        More than `max_entries` entries moved or copied (the folder and everything in it) is
+        `too_many_files`: "The operation would involve more than 10,000 files and folders"
+        (files.stone RelocationError)."""
         with self.write():
             src = self.get(src["path_lower"])
             dst_lower, dst_display = dst_target.path_lower, dst_target.display
@@ -554,6 +564,11 @@ class Store:
                 raise RouteError({".tag": "cant_move_folder_into_itself"})
             if case_only and dst_display == src["path_display"]:
                 raise write_error("conflict", "to", "folder" if src["is_folder"] else "file")
+            if case_only:
+                # files.stone: move_v2 does "not currently support case-only renaming". Dropbox
+                # answers success and keeps the old case, and the feed reports nothing
+                # (takezoh/obsidian-air-sync#47): nothing changes here either.
+                return src
             existing = None if case_only else self.get(dst_lower)
             if existing is not None:
                 if not autorename:
@@ -563,6 +578,8 @@ class Store:
                 dst_lower = parent_lower + "/" + paths.lower(new_name)
                 dst_display = dst_display.rsplit("/", 1)[0] + "/" + new_name
             rows = self.subtree(src)
+            if max_entries and len(rows) > max_entries:
+                raise RouteError({".tag": "too_many_files"})
             if copy and quota:
                 extra = sum(r["size"] for r in rows if not r["is_folder"])
                 if self.used_bytes + extra > quota:

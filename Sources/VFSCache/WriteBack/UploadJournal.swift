@@ -106,6 +106,10 @@ final class UploadJournal: Sendable {
                 copy_path TEXT NOT NULL,
                 at REAL NOT NULL);
             CREATE TABLE IF NOT EXISTS journal_meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+            CREATE TABLE IF NOT EXISTS case_renames(
+                temporary TEXT PRIMARY KEY,
+                source TEXT NOT NULL,
+                target TEXT NOT NULL);
             """)
         // Journals written before `sent_hashes` existed.
         let columns = try database.query("PRAGMA table_info(uploads)").compactMap { $0.text("name") }

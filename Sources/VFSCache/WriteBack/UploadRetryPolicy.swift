@@ -29,7 +29,8 @@ enum UploadRetryPolicy {
             return .retry(delay: backoff, pauseAll: false, resetSession: false)
         case .conflict:
             return .conflict
-        case .insufficientSpace, .disallowedName, .malformedPath, .auth, .notFolder, .notFile, .invalidOperation:
+        case .insufficientSpace, .disallowedName, .malformedPath, .auth, .notFolder, .notFile, .invalidOperation,
+             .restrictedContent, .locked, .tooManyFiles:
             return .hold
         case .permissionDenied:
             // Waiting changes nothing: retrying every minute forever only hides it (issue 13).

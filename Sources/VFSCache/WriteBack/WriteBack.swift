@@ -85,6 +85,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         chunkPool = WorkerPool(name: "dbxfs-chunk",
                                threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
         recover(records)
+        // A case-only rename that stopped halfway (CaseOnlyRename.swift) is finished in the
+        // background: it needs the network, and the mount must not wait for it.
+        if (try? journal.database.query("SELECT 1 FROM case_renames LIMIT 1").isEmpty) == false {
+            Thread { [self] in self.resumeCaseRenames() }.start()
+        }
         let dispatcher = Thread { [self] in self.dispatchLoop() }
         dispatcher.name = "dbxfs-writeback"
         dispatcher.start()

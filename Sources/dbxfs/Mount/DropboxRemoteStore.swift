@@ -24,10 +24,14 @@ final class DropboxRemoteStore: RemoteStore {
     /// Ids of the files already logged as hidden (a relisting must not log them again).
     private let hiddenLogged = Mutex<Set<String>>([])
 
-    init(client: DropboxClient, root: String, log: Logger? = nil) {
+    /// `rootLower` is the root's `path_lower` as Dropbox reported it: Dropbox lowercases (and
+    /// composes, NFC) in its own way, and a root lowercased here would not match its paths, which
+    /// would make every entry look outside the root (docs/SEMANTICS.md, "Names"). Without it
+    /// (offline start) Swift's lowercasing stands in.
+    init(client: DropboxClient, root: String, rootLower: String? = nil, log: Logger? = nil) {
         self.client = client
         self.root = root
-        self.rootLower = root.lowercased()
+        self.rootLower = rootLower ?? root.lowercased()
         self.log = log
     }
 
@@ -272,16 +276,21 @@ final class DropboxRemoteStore: RemoteStore {
             case .other(let tag):
                 switch tag {
                 case "too_many_write_operations": return .rateLimited(retryAfter: 1)
+                case "too_many_files":
+                    return .tooManyFiles("\(path): more than 10,000 files and folders for one move or copy (too_many_files)")
                 case "cant_move_folder_into_itself", "cant_copy_shared_folder", "cant_nest_shared_folder",
                      "cant_move_shared_folder", "cant_move_into_vault", "cant_move_into_family",
-                     "duplicated_or_nested_paths", "too_many_files", "insufficient_quota":
+                     "duplicated_or_nested_paths", "insufficient_quota":
                     return tag == "insufficient_quota" ? .insufficientSpace : .invalidOperation("\(path): \(tag)")
                 default: return .other("\(path): \(summary.isEmpty ? tag : summary)")
                 }
             case .uploadSession: return .other("\(path): \(summary)")
             }
+        case .auth(.missingScope(let scope), _):
+            return .auth("\(path): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "
+                         + "app's Permissions tab at https://www.dropbox.com/developers/apps, then link again (dbxfs auth)")
         case .auth(_, let summary): return .auth(summary.isEmpty ? "access token rejected" : summary)
-        case .accessDenied(let tag, _): return .auth("access denied (\(tag))")
+        case .accessDenied(let tag, _): return .auth("\(path): Dropbox refused access (403 \(tag))")
         case .rateLimited(_, let retryAfter): return .rateLimited(retryAfter: retryAfter)
         case .badInput(let message): return .other("\(path): bad request: \(message.prefix(200))")
         case .server(let status, let message): return .unavailable("\(path): HTTP \(status) \(message.prefix(200))")
@@ -299,6 +308,8 @@ final class DropboxRemoteStore: RemoteStore {
         case .notFile: .notFile(path)
         case .notFolder: .notFolder(path)
         case .malformedPath: .malformedPath(path)
+        case .restrictedContent: .restrictedContent("\(path): Dropbox restricts this content and will not serve it (restricted_content)")
+        case .locked: .locked("\(path): the file is locked on Dropbox (locked)")
         default: .other("\(path): \(summary)")
         }
     }

@@ -83,12 +83,14 @@ struct MountBackend: CustomStringConvertible {
         var rootedCheck = checkConfiguration
         rootedCheck.pathRoot = pathRoot
         let rootedChecker = DropboxClient(configuration: rootedCheck, tokens: credentials.tokens)
+        var rootLower: String?
         if !options.root.isEmpty && offlineAt == nil {
             do {
                 guard let root = try rootedChecker.metadataIfExists(path: options.root) else {
                     throw Failure(description: "--root \(options.root) does not exist on \(serverName)")
                 }
                 guard root.folder != nil else { throw Failure(description: "--root \(options.root) is a file, not a folder") }
+                rootLower = root.pathLower
             } catch let error as DropboxError {
                 throw Failure(description: startupMessage(error, server: serverName, fix: credentials.fixHint))
             } catch let error as Failure {
@@ -118,17 +120,23 @@ struct MountBackend: CustomStringConvertible {
         let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile,
                                                                       pathRoot: pathRoot),
                                    tokens: credentials.tokens)
-        let remote = DropboxRemoteStore(client: client, root: options.root, log: logger)
+        // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
+        // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
+        // Both share one client: one connection pool, one token, one request pacer.
+        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
+                                        rootLower: rootLower, log: logger)
+        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger)
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
         // budget (~6 s) against a dead network. The watcher probes instead, every 1-2 s, on its own
         // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
         let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
+        let gatedUploads = OfflineGatedRemote(uploadRemote, state: offline, probeInterval: nil)
         let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                                              retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot),
                                           tokens: credentials.tokens)
-        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, log: logger)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -138,7 +146,8 @@ struct MountBackend: CustomStringConvertible {
         config.keepWholeFiles = options.passthrough
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
-        let operations = try makeFilesystem(remote: gated, config: config, logger: logger, readOnly: options.readOnly)
+        let operations = try makeFilesystem(remote: gated, uploadRemote: gatedUploads, config: config, logger: logger,
+                                            readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
         let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: watcherRemote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
         if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
@@ -165,18 +174,26 @@ struct MountBackend: CustomStringConvertible {
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
     /// is built or stopped.
-    private static func makeFilesystem(remote: any RemoteStore, config: VFSConfig, logger: Logger, readOnly: Bool)
+    private static func makeFilesystem(remote: any RemoteStore, uploadRemote: any RemoteStore, config: VFSConfig,
+                                       logger: Logger, readOnly: Bool)
         throws(Failure) -> (filesystem: any FilesystemOperations, shutdown: () -> Void) {
         do {
             // Writable unless --read-only: the write-back engine journals in the cache directory
             // and resumes uploads left by an earlier run (killed, or unmounted before they finished).
-            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration())
+            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration(),
+                              uploadRemote: uploadRemote)
             // After unmount: drain the uploads (bounded), then let queued background work
             // (read-ahead, disk-cache writes) finish.
             return (vfs, { drainUploads(vfs, cacheDirectory: config.cacheDirectory, logger: logger); vfs.shutdown() })
         } catch {
             throw Failure(description: error.description)
         }
+    }
+
+    /// Seconds a FUSE request's remote calls may spend waiting out rate limits and back-offs before
+    /// the request fails (env DBXFS_FOREGROUND_WAIT_SECONDS, default 30; tests shorten it).
+    static var foregroundWaitSeconds: Double {
+        ProcessInfo.processInfo.environment["DBXFS_FOREGROUND_WAIT_SECONDS"].flatMap(Double.init) ?? 30
     }
 
     /// Seconds unmount waits for pending uploads (env DBXFS_UNMOUNT_DRAIN_SECONDS, default 120).

@@ -66,7 +66,9 @@ final class Emulator: @unchecked Sendable {
 
     /// A client for this emulator with a fast retry policy (short backoff, so fault tests run fast).
     func client(tokens: TokenProvider? = nil, retryPolicy: RetryPolicy = Emulator.fastRetries) -> DropboxClient {
-        DropboxClient(configuration: ClientConfiguration(endpoints: Endpoints(overridingAllWith: baseURL), retryPolicy: retryPolicy),
+        // One path prefix per host: the emulator refuses a route sent to the wrong one.
+        DropboxClient(configuration: ClientConfiguration(endpoints: Endpoints(overridingAllWith: baseURL + "/{host}"),
+                                                         retryPolicy: retryPolicy),
                       tokens: tokens ?? TokenProvider(accessToken: token))
     }
 

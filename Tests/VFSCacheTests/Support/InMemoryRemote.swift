@@ -331,6 +331,9 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
         defer { lock.unlock() }
         let toKey = to.lowercased()
         guard let source = nodes[fromKey] else { throw .notFound(from) }
+        // As on Dropbox (files.stone on move_v2; takezoh/obsidian-air-sync#47): a case-only move
+        // answers success, keeps the old case and reports nothing in the feed.
+        if toKey == fromKey && !keepSource { return entry(fromKey, source) }
         if toKey.hasPrefix(fromKey + "/") { throw .invalidOperation("cant_move_folder_into_itself") }
         if toKey != fromKey, nodes[toKey] != nil { throw .conflict("to/conflict") }
         try makeParentsLocked(of: toKey, display: to)

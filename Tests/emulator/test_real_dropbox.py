@@ -1,0 +1,303 @@
+"""The emulator is as strict as real Dropbox (issue 13), checked through the official SDK:
+write contention in every form Dropbox uses, batch commits one at a time, listings that put
+children before their parents. docs/EMULATOR.md ("Stricter than kind") cites the sources."""
+
+import json
+import threading
+import time
+
+import pytest
+from dropbox.exceptions import ApiError, RateLimitError
+from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg
+
+from test_faults_and_control import tls_connection
+
+
+def contend(emu, form, count=1, retry_after=1):
+    emu.config(write_contention_form=form, write_contention_next=count, retry_after=retry_after)
+
+
+def test_too_many_write_operations_409_in_each_route_union(dbx, emu, base):
+    dbx.files_upload(b"x", base + "/x.txt")
+    contend(emu, "409")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_create_folder_v2(base + "/new")
+    assert exc.value.error.get_path().is_too_many_write_operations()
+    contend(emu, "409")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_delete_v2(base + "/x.txt")
+    assert exc.value.error.is_too_many_write_operations()
+    contend(emu, "409")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_move_v2(base + "/x.txt", base + "/y.txt")
+    err = exc.value.error
+    assert (err.get_to() if err.is_to() else err.get_from_write()).is_too_many_write_operations()
+    contend(emu, "409")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_upload(b"u", base + "/u.txt")
+    assert exc.value.error.get_path().reason.is_too_many_write_operations()
+    session = dbx.files_upload_session_start(b"s", close=True).session_id
+    contend(emu, "409")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_upload_session_finish(b"", UploadSessionCursor(session, 1), CommitInfo(base + "/s.txt"))
+    assert exc.value.error.is_too_many_write_operations()
+    # Nothing was done by a refused call; the next one goes through.
+    assert emu.stats()["faults"]["write_contention"] >= 5
+    dbx.files_move_v2(base + "/x.txt", base + "/y.txt")
+    assert dbx.files_get_metadata(base + "/y.txt").size == 1
+
+
+def test_too_many_write_operations_429_with_retry_after(dbx, emu, base):
+    contend(emu, "429", retry_after=3)
+    with pytest.raises(RateLimitError) as exc:
+        dbx.files_create_folder_v2(base + "/new")
+    assert exc.value.error.reason.is_too_many_write_operations() and exc.value.backoff == 3
+
+
+def test_too_many_write_operations_429_header_only(emu, base):
+    """The wait is in the Retry-After header alone (dropbox/dropbox-sdk-go-unofficial#33)."""
+    contend(emu, "429_header_only", retry_after=7)
+    conn = tls_connection(emu)
+    conn.request("POST", "/2/files/create_folder_v2", body=json.dumps({"path": base + "/n"}),
+                 headers={"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    assert resp.status == 429 and resp.getheader("Retry-After") == "7"
+    assert body["error"] == {"reason": {".tag": "too_many_write_operations"}}
+    assert body["error_summary"].startswith("too_many_write_operations/")
+
+
+def finish_entries(dbx, base, names):
+    entries = []
+    for name in names:
+        session = dbx.files_upload_session_start(name.encode(), close=True).session_id
+        entries.append(UploadSessionFinishArg(UploadSessionCursor(session, len(name)), CommitInfo(base + "/" + name)))
+    return entries
+
+
+def test_too_many_write_operations_per_batch_entry(dbx, emu, base):
+    entries = finish_entries(dbx, base, ["a", "b", "c"])
+    contend(emu, "batch_entry", count=2)
+    result = dbx.files_upload_session_finish_batch_v2(entries).entries
+    failed = [r for r in result if r.is_failure()]
+    assert len(failed) == 2 and all(r.get_failure().is_too_many_write_operations() for r in failed)
+    ok = [e for e, r in zip(entries, result) if r.is_success()]
+    assert len(ok) == 1 and dbx.files_get_metadata(ok[0].commit.path).size == 1
+    for entry, outcome in zip(entries, result):
+        if outcome.is_failure():
+            with pytest.raises(ApiError):
+                dbx.files_get_metadata(entry.commit.path)   # a refused entry commits nothing
+    # A failed entry's session is still there: committing it again works.
+    retry = dbx.files_upload_session_finish_batch_v2([e for e, r in zip(entries, result) if r.is_failure()])
+    assert all(r.is_success() for r in retry.entries)
+
+
+def test_overlapping_batch_commits_are_refused(dbx, emu, base):
+    """Dropbox commits one batch at a time per namespace (files.stone finish_batch, rclone batcher.go)."""
+    first = finish_entries(dbx, base, ["one"])
+    second = finish_entries(dbx, base, ["two"])
+    emu.config(latency_ms=600)
+    emu.reset_stats()
+    outcome = {}
+
+    def commit():
+        outcome["first"] = dbx.files_upload_session_finish_batch_v2(first)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    time.sleep(0.2)
+    with pytest.raises(RateLimitError) as exc:
+        dbx.files_upload_session_finish_batch_v2(second)
+    thread.join()
+    assert exc.value.error.reason.is_too_many_write_operations()
+    assert outcome["first"].entries[0].is_success()
+    assert emu.stats()["faults"]["batch_overlap"] == 1
+    emu.config(latency_ms=0)
+    assert dbx.files_upload_session_finish_batch_v2(second).entries[0].is_success()
+
+
+def all_entries(dbx, result):
+    entries = list(result.entries)
+    while result.has_more:
+        result = dbx.files_list_folder_continue(result.cursor)
+        entries += result.entries
+    return entries
+
+
+def test_listing_puts_children_before_parents_reproducibly(dbx, emu, base):
+    for i in range(6):
+        dbx.files_upload(b"f", f"{base}/d{i}/sub/f{i}.txt")
+    emu.config(listing_seed=42)
+    first = [e.path_lower for e in all_entries(dbx, dbx.files_list_folder(base, recursive=True, limit=5))]
+    second = [e.path_lower for e in all_entries(dbx, dbx.files_list_folder(base, recursive=True, limit=5))]
+    assert first == second   # same seed, same order
+    expected = {base.lower()} | {f"{base.lower()}/d{i}" + s for i in range(6) for s in ("", "/sub", f"/sub/f{i}.txt")}
+    assert set(first) == expected and len(first) == len(expected)
+    # Pages walk the tree children first: no child is on a later page than its parent.
+    pages = {}
+    result = dbx.files_list_folder(base, recursive=True, limit=5)
+    number = 0
+    while True:
+        pages.update({e.path_lower: number for e in result.entries})
+        if not result.has_more:
+            break
+        result, number = dbx.files_list_folder_continue(result.cursor), number + 1
+    assert number >= 3
+    for path, page in pages.items():
+        parent = path.rsplit("/", 1)[0]
+        assert pages.get(parent, page) >= page, f"{path} listed on a page after its parent's"
+    assert any(first.index(p.rsplit("/", 1)[0]) > i for i, p in enumerate(first) if p != base.lower())
+    emu.config(listing_seed=7)
+    page = [e.path_lower for e in dbx.files_list_folder(base + "/d0/sub", limit=2000).entries]
+    assert page == [base.lower() + "/d0/sub/f0.txt"]
+
+
+def test_changes_page_is_shuffled_but_complete(dbx, emu, base):
+    cursor = dbx.files_list_folder_get_latest_cursor(base, recursive=True).cursor
+    for i in range(12):
+        dbx.files_upload(b"n", f"{base}/new/f{i:02}.txt")
+    emu.config(listing_seed=3)
+    entries = [e.path_lower for e in all_entries(dbx, dbx.files_list_folder_continue(cursor))]
+    assert set(entries) == {base.lower() + "/new"} | {f"{base.lower()}/new/f{i:02}.txt" for i in range(12)}
+    assert entries != sorted(entries)
+
+
+@pytest.mark.parametrize("name", ["space ", "tab\t", "back\\slash", "del\x7f", "emoji \U0001F600"])
+def test_names_dropbox_refuses_are_malformed(dbx, base, name):
+    with pytest.raises(ApiError) as exc:
+        dbx.files_upload(b"x", f"{base}/{name}")
+    assert exc.value.error.get_path().reason.is_malformed_path()
+    with pytest.raises(ApiError) as exc:
+        dbx.files_create_folder_v2(f"{base}/{name}")
+    assert exc.value.error.get_path().is_malformed_path()
+    dbx.files_upload(b"x", f"{base}/ok.txt")
+    with pytest.raises(ApiError) as exc:
+        dbx.files_move_v2(f"{base}/ok.txt", f"{base}/{name}")
+    assert exc.value.error.get_to().is_malformed_path()
+
+
+def test_names_dropbox_accepts(dbx, base):
+    """A trailing dot, a leading space and BMP symbols are fine (rclone encodes none of them)."""
+    for name in ("dot.", " leading", "snow ☃ ☺"):
+        assert dbx.files_upload(b"x", f"{base}/{name}").name == name
+
+
+def test_nfc_and_nfd_spellings_are_one_file(dbx, base):
+    nfd, nfc = "cafe\u0301.txt", "caf\u00e9.txt"
+    up = dbx.files_upload(b"1", f"{base}/{nfd}")
+    assert up.name == nfc and up.path_display == f"{base}/{nfc}"   # stored composed
+    assert dbx.files_get_metadata(f"{base}/{nfc}").id == up.id
+    with pytest.raises(ApiError) as exc:
+        dbx.files_upload(b"2", f"{base}/{nfc}")
+    assert exc.value.error.get_path().reason.get_conflict().is_file()
+
+
+def test_path_lower_is_dropbox_lowercasing(dbx, base):
+    """Character by character, simple mappings, old Unicode (samschott/maestral PR #409)."""
+    md = dbx.files_upload(b"x", f"{base}/ΣΟΦΟΣ İ Ꙋ.txt")
+    assert md.path_lower == f"{base.lower()}/σοφοσ i Ꙋ.txt"
+    assert dbx.files_get_metadata(f"{base}/σοφοσ i Ꙋ.TXT").id == md.id
+
+
+def test_leading_double_slash_is_one(dbx, base):
+    """rclone mounting a whole account asks for `//folder`: the stone pattern admits it."""
+    dbx.files_upload(b"x", f"{base}/in.txt")
+    names = [e.name for e in dbx.files_list_folder("/" + base).entries]
+    assert names == ["in.txt"]
+    assert dbx.files_get_metadata("/" + base + "/in.txt").path_display == base + "/in.txt"
+
+
+def test_restricted_content_and_locked_paths(dbx, emu, base):
+    dbx.files_upload(b"secret", base + "/restricted.bin")
+    dbx.files_upload(b"held", base + "/locked.txt")
+    emu.path_state(base + "/RESTRICTED.bin", "restricted_content")
+    emu.path_state(base + "/locked.txt", "locked")
+    try:
+        with pytest.raises(ApiError) as exc:
+            dbx.files_download(base + "/restricted.bin")
+        assert exc.value.error.get_path().is_restricted_content()
+        assert dbx.files_get_metadata(base + "/restricted.bin").size == 6   # listed, not served
+        with pytest.raises(ApiError) as exc:
+            dbx.files_delete_v2(base + "/locked.txt")
+        assert exc.value.error.get_path_lookup().is_locked()
+        with pytest.raises(ApiError) as exc:
+            dbx.files_move_v2(base + "/locked.txt", base + "/moved.txt")
+        assert exc.value.error.get_from_lookup().is_locked()
+    finally:
+        emu.path_state(base + "/restricted.bin", None)
+        emu.path_state(base + "/locked.txt", None)
+    assert dbx.files_download(base + "/restricted.bin")[1].content == b"secret"
+
+
+def test_moves_over_the_entry_limit_are_too_many_files(dbx, emu, base):
+    for i in range(4):
+        dbx.files_upload(b"x", f"{base}/big/f{i}.txt")
+    emu.config(move_limit=4)   # the folder and its 4 files: 5 entries
+    with pytest.raises(ApiError) as exc:
+        dbx.files_move_v2(base + "/big", base + "/moved")
+    assert exc.value.error.is_too_many_files()
+    with pytest.raises(ApiError) as exc:
+        dbx.files_copy_v2(base + "/big", base + "/copied")
+    assert exc.value.error.is_too_many_files()
+    emu.config(move_limit=5)
+    dbx.files_move_v2(base + "/big", base + "/moved")
+
+
+@pytest.mark.parametrize("url, host", [("/content/2/files/list_folder", None), ("/api/2/files/upload", None),
+                                       ("/api/2/files/list_folder/longpoll", None),
+                                       ("/2/files/list_folder", "content.dropboxapi.com")])
+def test_a_route_on_the_wrong_host_is_refused(emu, url, host):
+    """Each route lives on one host (scripts/dbxemu/hosts.py; kunalvarma05/dropbox-php-sdk#100)."""
+    conn = tls_connection(emu)
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+    if host:
+        headers["Host"] = host
+    conn.request("POST", url, body=json.dumps({"path": ""}), headers=headers)
+    resp = conn.getresponse()
+    text = resp.read().decode()
+    assert resp.status == 400 and text.startswith("Incorrect host for API function"), text
+
+
+def test_routes_on_their_own_host_or_unnamed_pass(emu):
+    conn = tls_connection(emu)
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+    for url in ("/api/2/files/list_folder", "/2/files/list_folder"):
+        conn.request("POST", url, body=json.dumps({"path": ""}), headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        resp.read()
+
+
+@pytest.mark.parametrize("status, form, content_type", [(500, "text", "text/plain"), (502, "html", "text/html"),
+                                                        (503, "empty", "text/plain")])
+def test_server_errors_come_as_text_html_or_nothing(dbx, emu, status, form, content_type):
+    from dropbox.exceptions import InternalServerError
+    emu.config(fail_next=1, fail_status=status, fail_body=form)
+    with pytest.raises(InternalServerError) as exc:
+        dbx.users_get_space_usage()
+    assert exc.value.status_code == status
+    emu.config(fail_next=1, fail_status=status, fail_body=form)
+    conn = tls_connection(emu)
+    conn.request("POST", "/api/2/users/get_space_usage", headers={"Authorization": "Bearer " + emu.token})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == status and resp.getheader("Content-Type").startswith(content_type)
+    assert (body == b"") == (form == "empty") and (b"<html>" in body) == (form == "html")
+
+
+def test_missing_scope_and_forbidden(dbx, emu):
+    from dropbox.exceptions import AuthError
+    """Write commits refused as for an app without files.content.write, or a 403 AccessError."""
+    emu.config(deny_next=1, deny_form="missing_scope")
+    assert dbx.users_get_space_usage().used >= 0   # reads pass
+    with pytest.raises(AuthError) as exc:
+        dbx.files_create_folder_v2("/denied")
+    assert exc.value.error.is_missing_scope()
+    assert exc.value.error.get_missing_scope().required_scope == "files.content.write"
+    emu.config(deny_next=1, deny_form="forbidden")
+    conn = tls_connection(emu)
+    conn.request("POST", "/api/2/files/create_folder_v2", body=json.dumps({"path": "/denied"}),
+                 headers={"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 403 and json.loads(resp.read())["error"] == {".tag": "no_permission"}
+    assert emu.stats()["faults"]["denied"] >= 2
