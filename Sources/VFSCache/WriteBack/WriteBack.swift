@@ -47,6 +47,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     var activeLargeUploads = 0
     /// Files closed up to this generation are waited for by `dbxfs sync`: no gathering.
     var urgentThrough: UInt64 = 0
+    /// No fsync or sync waits past this (set when the daemon starts to stop).
+    var waitersDeadline = Date.distantFuture
     var recentErrors: [UploadErrorReport] = []
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
@@ -304,7 +306,7 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// was removed; throws if the latest attempt failed hard, or at the timeout.
     public func waitUntilCommitted(path: String, generation: UInt64, timeout: TimeInterval) throws(WriteBackError) {
         let key = Self.key(path)
-        let deadline = Date().addingTimeInterval(timeout)
+        let requested = Date().addingTimeInterval(timeout)
         condition.lock(); defer { condition.unlock() }
         // Someone waits: no gathering for a batch (an fsync per SQLite transaction would wait
         // out the window every time).
@@ -315,7 +317,8 @@ public final class WriteBackEngine: @unchecked Sendable {
                   dirty.committedGeneration < generation, record.generation >= generation else { return }
             if let error = dirty.hardError, !dirty.writing { throw .failed(error) }
             if stopped { throw .stopped }
-            if !condition.wait(until: deadline) {
+            // Unmounting: the daemon must exit by its drain bound, so no fsync may wait past it.
+            if !condition.wait(until: min(requested, waitersDeadline)) {
                 if files[key]?.committedGeneration ?? generation >= generation { return }
                 throw .timedOut(lastError: files[key]?.lastError)
             }
@@ -337,7 +340,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             }
             if left.isEmpty { return [] }
             let stuck = left.values.allSatisfy { $0.hardError != nil && !$0.writing }
-            if stuck || stopped || !condition.wait(until: deadline) {
+            if stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
                 return left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
             }
         }
@@ -381,6 +384,14 @@ public final class WriteBackEngine: @unchecked Sendable {
         return WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
                                transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
                                conflicts: conflicts, recentErrors: errors, offline: isOffline)
+    }
+
+    /// The daemon is stopping (a signal, an unmount): fsync and sync callers stop waiting at
+    /// `deadline` (their uploads go on until the drain ends), so the FUSE loop can end by then.
+    public func stopWaiting(by deadline: Date) {
+        condition.lock(); defer { condition.unlock() }
+        waitersDeadline = min(waitersDeadline, deadline)
+        condition.broadcast()
     }
 
     /// Unmount: drains until `deadline` (if given), then stops the workers. Whatever is left stays

@@ -4,6 +4,7 @@
 /// once the child reports the mount live.
 import CFuse
 import Foundation
+import Synchronization
 import VFSCache
 
 enum MountCommand {
@@ -87,7 +88,25 @@ enum MountCommand {
         }
         logger.info("mounted \(backend.description) on \(mountpoint)")
 
+        // libfuse's loop ends only once every request in progress has returned; an fsync waiting
+        // for an unreachable Dropbox would hold it (and the daemon) for its hour. So the stop is
+        // noticed at once: waiting requests give up by the drain bound (StopDeadline).
+        let loopDone = Atomic<Bool>(false)
+        let exited = session.exitedCheck, beginStopping = backend.beginStopping
+        let watcherDone = DispatchSemaphore(value: 0)
+        let stopWatcher = Thread {
+            defer { watcherDone.signal() }
+            while !loopDone.load(ordering: .relaxed) {
+                if exited() { beginStopping(); return }
+                usleep(100_000)
+            }
+        }
+        stopWatcher.name = "dbxfs-stop-watch"
+        stopWatcher.start()
         let status = session.loop(maxThreads: options.maxThreads, maxIdleThreads: 8)
+        loopDone.store(true, ordering: .relaxed)
+        watcherDone.wait()   // it reads the session, which goes away after unmount
+        backend.beginStopping()
         session.unmount()
         logger.info("unmounted \(mountpoint)")
         // Until the process exits it still holds the cache directory and answers status: say

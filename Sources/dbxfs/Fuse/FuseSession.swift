@@ -93,6 +93,13 @@ final class FuseSession {
         return dbxfs_session_loop_mt(session, config)
     }
 
+    /// Whether the loop was asked to stop (a signal, `exit()`, the kernel ending the session), for
+    /// a thread that watches while `loop` runs. Valid until the session is destroyed (after `unmount`).
+    var exitedCheck: @Sendable () -> Bool {
+        nonisolated(unsafe) let raw = session
+        return { raw.map { fuse_session_exited($0) != 0 } ?? true }
+    }
+
     /// Asks the loop to stop (as a signal would).
     func exit() { if let session { fuse_session_exit(session) } }
 

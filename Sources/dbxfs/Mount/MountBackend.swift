@@ -24,6 +24,9 @@ struct MountBackend: CustomStringConvertible {
     var cacheLock: CacheDirectoryLock?
     /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
     var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
+    /// Called as soon as the daemon starts to stop, before the FUSE loop has ended: waiting
+    /// requests (fsync) give up by the drain bound, so the loop can end.
+    var beginStopping: @Sendable () -> Void = {}
 
     /// `stillWanted` tells a `--wait-for-cache` wait whether anyone still waits for the mount.
     static func open(options: MountOptions, logger: Logger, stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
@@ -146,7 +149,8 @@ struct MountBackend: CustomStringConvertible {
         config.keepWholeFiles = options.passthrough
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
-        let operations = try makeFilesystem(remote: gated, uploadRemote: gatedUploads, config: config, logger: logger,
+        let stop = StopDeadline()
+        let operations = try makeFilesystem(remote: gated, uploadRemote: gatedUploads, config: config, stop: stop, logger: logger,
                                             readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
         let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: watcherRemote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
@@ -169,12 +173,16 @@ struct MountBackend: CustomStringConvertible {
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
+        backend.beginStopping = { [stop] in
+            let deadline = stop.begin(drainSeconds: drainSeconds)
+            vfs?.writeBack?.stopWaiting(by: deadline)
+        }
         return backend
     }
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
     /// is built or stopped.
-    private static func makeFilesystem(remote: any RemoteStore, uploadRemote: any RemoteStore, config: VFSConfig,
+    private static func makeFilesystem(remote: any RemoteStore, uploadRemote: any RemoteStore, config: VFSConfig, stop: StopDeadline,
                                        logger: Logger, readOnly: Bool)
         throws(Failure) -> (filesystem: any FilesystemOperations, shutdown: () -> Void) {
         do {
@@ -184,7 +192,10 @@ struct MountBackend: CustomStringConvertible {
                               uploadRemote: uploadRemote)
             // After unmount: drain the uploads (bounded), then let queued background work
             // (read-ahead, disk-cache writes) finish.
-            return (vfs, { drainUploads(vfs, cacheDirectory: config.cacheDirectory, logger: logger); vfs.shutdown() })
+            return (vfs, {
+                drainUploads(vfs, until: stop.begin(drainSeconds: drainSeconds), cacheDirectory: config.cacheDirectory, logger: logger)
+                vfs.shutdown()
+            })
         } catch {
             throw Failure(description: error.description)
         }
@@ -203,11 +214,13 @@ struct MountBackend: CustomStringConvertible {
 
     /// Unmount (fusermount3 -u, SIGTERM): waits up to `drainSeconds` for the uploads, then stops
     /// the engine. What is left stays journaled and resumes at the next mount of this cache.
-    private static func drainUploads(_ vfs: VFS, cacheDirectory: URL?, logger: Logger) {
+    private static func drainUploads(_ vfs: VFS, until deadline: Date, cacheDirectory: URL?, logger: Logger) {
         guard let engine = vfs.writeBack else { return }
         let pending = engine.status().pendingFiles
-        if pending > 0 { logger.info("unmounting: waiting up to \(Int(drainSeconds)) s for \(pending) pending upload(s)") }
-        let left = engine.shutdown(drainUntil: Date().addingTimeInterval(drainSeconds))
+        if pending > 0 {
+            logger.info("unmounting: waiting up to \(Int(max(0, deadline.timeIntervalSinceNow))) s for \(pending) pending upload(s)")
+        }
+        let left = engine.shutdown(drainUntil: deadline)
         guard !left.isEmpty else {
             if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox") }
             return

@@ -1,0 +1,69 @@
+"""Stopping the daemon while a program waits in fsync for an unreachable Dropbox: SIGTERM must
+still end the daemon within the drain bound (docs/SEMANTICS.md, "Stopping"), the fsync gets an
+error instead of hanging, and the bytes stay journaled and reach Dropbox at the next mount.
+Before, the daemon outlived the SIGTERM by the fsync's whole hour: libfuse's loop waits for every
+request in progress, and nothing told the waiting fsync that the daemon was stopping.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+
+
+def test_sigterm_ends_a_daemon_whose_fsync_waits_for_an_unreachable_dropbox(dbxfs_binary, tmp_path):
+    emu = Emulator(tmp_path / "emulator-data", token=TOKEN).start()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(dropbox_env(), DBXFS_UNMOUNT_DRAIN_SECONDS="5")
+    m = Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=env)
+    try:
+        m.start()
+        (mnt / "first.txt").write_text("on dropbox\n")
+        emu.stop()                      # Dropbox unreachable from now on
+        outcome = {}
+
+        def writer():
+            fd = os.open(mnt / "waits.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.write(fd, b"written while offline\n")
+            try:
+                os.fsync(fd)
+                outcome["fsync"] = "ok"
+            except OSError as error:
+                outcome["fsync"] = error.errno
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass    # the daemon is gone by now (ECONNABORTED)
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        time.sleep(2)
+        assert thread.is_alive(), f"fsync returned at once: {outcome}"
+        started = time.monotonic()
+        m.proc.send_signal(signal.SIGTERM)
+        try:
+            code = m.proc.wait(timeout=60)
+        except Exception:
+            raise AssertionError("the daemon was still running 60 s after SIGTERM (drain bound 5 s)\n" + m.read_log())
+        took = time.monotonic() - started
+        thread.join(10)
+        assert not thread.is_alive(), "fsync still blocked after the daemon exited"
+        assert outcome["fsync"] != "ok", outcome
+        assert code == 0, m.read_log()
+        assert took < 45, took
+    finally:
+        m.stop()
+    # The bytes were kept: the next mount with this cache uploads them.
+    emu.start()
+    try:
+        with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as again:
+            result = subprocess.run([dbxfs_binary, "sync", str(mnt)], capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stdout + result.stderr + again.read_log()
+        assert emu.download("/waits.txt") == b"written while offline\n"
+    finally:
+        emu.stop()
