@@ -101,6 +101,9 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
     public func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
         try pass { () throws(RemoteError) in try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress) }
     }
+    public func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {
+        try pass { () throws(RemoteError) in try base.uploadClosedSession(file: file, length: length, progress: progress) }
+    }
     public func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
         try pass { () throws(RemoteError) in try base.finishBatch(entries) }
     }

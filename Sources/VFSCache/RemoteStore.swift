@@ -175,6 +175,10 @@ public protocol RemoteStore: Sendable {
     /// Appends bytes [offset, offset+length) of `file` to the session. `close` marks the last append.
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool,
                        progress: RemoteProgress?) throws(RemoteError)
+    /// A whole small file in a sequential session, closed, ready for `finishBatch`: with Dropbox
+    /// one `upload_session/start` carrying the bytes and `close: true`. Has a default
+    /// implementation (start, then one closing append).
+    func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String
     /// Commits closed sessions together (finish_batch_v2); one result per entry, in order.
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)])
         throws(RemoteError) -> [Result<RemoteEntry, RemoteError>]
@@ -202,6 +206,12 @@ public struct ExportedFile: Sendable, Equatable {
 }
 
 extension RemoteStore {
+    public func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {
+        let id = try startSession(concurrent: false)
+        try appendSession(id: id, file: file, offset: 0, length: length, close: true, progress: progress)
+        return id
+    }
+
     public func export(path: String) throws(RemoteError) -> ExportedFile {
         throw .notFile("\(path): this remote cannot export files")
     }

@@ -601,3 +601,23 @@ def test_insufficient_space_stays_journaled_and_shows_at_fsync(writer):
     (writer.path / "huge.bin").write_bytes(b"\2" * 5000)
     writer.sync()
     assert writer.emu.download("/huge.bin") == b"\2" * 5000
+
+
+def test_a_burst_of_small_files_costs_one_call_each_plus_the_batch_commit(writer, tmp_path):
+    """Each small file of a burst is one upload_session/start carrying its bytes and closing the
+    session; the burst is then committed by finish_batch_v2 (issue 15: 2 calls per file before)."""
+    src = tmp_path / "small"
+    src.mkdir()
+    for i in range(30):
+        (src / f"s{i:02d}.txt").write_bytes(f"small file {i}\n".encode() * 50)
+    writer.sync()
+    writer.emu.reset_stats()
+    subprocess.run(["cp", "-r", str(src), str(writer.path / "small")], check=True)
+    writer.sync()
+    calls = writer.emu.stats()["requests"]
+    assert_remote_matches(writer.emu, src, "/small")
+    sessions = calls.get("files/upload_session/start", 0)
+    uploads = calls.get("files/upload", 0)
+    assert sessions + uploads == 30, calls
+    assert calls.get("files/upload_session/append_v2", 0) == 0, calls
+    assert calls.get("files/upload_session/finish_batch_v2", 0) <= 3, calls

@@ -1,6 +1,7 @@
 /// Small files: a lone one goes as a single `upload` call; a burst (tar x, git checkout) is
-/// gathered in a `BatchWindow`, each file is sent into its own upload session as soon as the
-/// window holds two, and the whole window is committed with one `finishBatch` per 1000 files.
+/// gathered in a `BatchWindow`, each file is sent into its own upload session (one
+/// `upload_session/start` with the bytes and `close`) as soon as the window holds two, and the
+/// whole window is committed with one `finishBatch` per 1000 files.
 /// That keeps a 1000-file burst at a handful of commit calls, which is what Dropbox's
 /// too_many_write_operations limit counts.
 ///
@@ -79,9 +80,8 @@ extension WriteBackEngine {
                 return
             }
             guard !job.active.cancelled.load(ordering: .relaxed) else { throw .cancelled }
-            let id = try remote.startSession(concurrent: false)
-            try remote.appendSession(id: id, file: job.file.url, offset: 0, length: job.record.size, close: true,
-                                     progress: progress(for: job))
+            // One call: the session starts with the bytes and closed.
+            let id = try remote.uploadClosedSession(file: job.file.url, length: job.record.size, progress: progress(for: job))
             outcome = .success(RemoteUploadedSession(sessionID: id, length: job.record.size))
         } catch {
             outcome = .failure(error)

@@ -180,6 +180,14 @@ final class DropboxRemoteStore: RemoteStore {
         } catch { throw remoteError(error, "(upload session \(id))") }
     }
 
+    func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {
+        let cancel = CancelHandle()
+        do {
+            return try client.uploadSessionStart(type: .sequential, close: true, body: .file(file, offset: 0, length: length),
+                                                 progress: bridge(progress, cancel), cancel: cancel)
+        } catch { throw remoteError(error, "(upload session)") }
+    }
+
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)])
         throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
         let batch = entries.map {
