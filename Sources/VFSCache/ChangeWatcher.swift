@@ -174,7 +174,7 @@ public final class ChangeWatcher: Sendable {
         let metadata = vfs.metadata
         if !metadata.holdsWholeTree {
             do throws(Errno) {
-                try metadata.ensureListed(rootInode)
+                try metadata.ensureWholeTree()
             } catch {
                 throw .unavailable("listing the mount root failed (\(error))")
             }

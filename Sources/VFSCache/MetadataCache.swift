@@ -53,6 +53,11 @@ final class MetadataCache: @unchecked Sendable {
     /// exactly. The tree itself is no such snapshot: the mount's own operations change it
     /// before the feed reports them.
     var completeListing: (entries: [RemoteEntry], cursor: String)?
+    /// Folder accesses answered by their own listing while the current whole-tree listing runs.
+    var eagerListings = 0
+    /// Set once a whole-tree listing completed: only a cold mount's first one is worth racing
+    /// (after a cursor reset the tree at hand answers meanwhile).
+    var treeEverListed = false
     /// Our case-only renames whose halfway steps the feed may still show (MetadataCache+CaseRenames.swift).
     var caseRenames: [PendingCaseRename] = []
     private let listings = SingleFlight<InodeNumber, Void>()
@@ -279,7 +284,13 @@ final class MetadataCache: @unchecked Sendable {
             do throws(Errno) {
                 switch state {
                 case .unknown where config.recursivePrefetchMaxEntries > 0 && attempt < 2:
-                    try listings.run(Self.wholeTree, deadline: deadline) { () throws(Errno) in try prefetchTree() }
+                    // The whole tree is listed in the background; the first few folder accesses
+                    // meanwhile list their folder on their own rather than wait for all of it.
+                    if startPrefetch() {
+                        try listings.run(dir, deadline: deadline) { () throws(Errno) in try listFolder(dir, path: path) }
+                        return
+                    }
+                    _ = try listings.join(Self.wholeTree, deadline: deadline)
                 case .recursive(let cursor, _) where attempt < 2:
                     try listings.run(Self.wholeTree, deadline: deadline) { () throws(Errno) in try refreshTree(from: cursor) }
                 default:
@@ -297,8 +308,39 @@ final class MetadataCache: @unchecked Sendable {
         }
     }
 
-    /// One recursive listing of the whole tree, abandoned once it passes the entry cap.
+    /// Starts the whole-tree listing on a thread of its own unless it is under way; true if the
+    /// caller may list its own folder meanwhile (`eagerListingsWhilePrefetching`).
+    private func startPrefetch() -> Bool {
+        if let claim = listings.claim(Self.wholeTree) {
+            locked { _ in eagerListings = treeEverListed ? config.eagerListingsWhilePrefetching : 0 }
+            let thread = Thread { [self] in
+                let result: Result<Void, Errno>
+                do throws(Errno) { try prefetchTree(); result = .success(()) } catch { result = .failure(error) }
+                listings.finish(claim, result)
+            }
+            thread.name = "dbxfs-prefetch"
+            thread.start()
+        }
+        return locked { _ in
+            guard eagerListings < config.eagerListingsWhilePrefetching else { return false }
+            eagerListings += 1
+            return true
+        }
+    }
+
+    /// Makes sure the whole tree is held (or known to be too big): for the change watcher, whose
+    /// cursor is the recursive listing's. Joins a listing under way.
+    func ensureWholeTree() throws(Errno) {
+        guard config.recursivePrefetchMaxEntries > 0 else { return }
+        let unknown = locked { _ -> Bool in if case .unknown = tree { return true } else { return false } }
+        guard unknown else { return }
+        try listings.run(Self.wholeTree) { () throws(Errno) in try prefetchTree() }
+    }
+
+    /// One recursive listing of the whole tree, abandoned once it passes the entry cap. A no-op
+    /// once the tree is known (a listing that ran meanwhile).
     private func prefetchTree() throws(Errno) {
+        guard locked({ _ -> Bool in if case .unknown = tree { return true } else { return false } }) else { return }
         let started = clock.now()
         let generation = locked { $0.newGeneration() }
         let stamp = fetchStamp()
@@ -331,6 +373,7 @@ final class MetadataCache: @unchecked Sendable {
             table.setAllListed(at: started)
             tree = .recursive(cursor: cursor, refreshedAt: started)
             completeListing = (listed, cursor)
+            treeEverListed = true
         }
         if done == nil { throw Self.listingErrno(Self.localChurn) }
     }

@@ -29,6 +29,14 @@ final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         return try execute(Claim(key: key, flight: flight), work)
     }
 
+    /// Waits for the run under way for `key` and returns its value; nil (at once) if none is.
+    func join(_ key: Key, deadline: Date = .distantFuture) throws(Errno) -> Value? {
+        lock.lock()
+        guard let flight = flights[key] else { lock.unlock(); return nil }
+        lock.unlock()
+        return try wait(for: flight, until: deadline)
+    }
+
     func isRunning(_ key: Key) -> Bool {
         lock.lock(); defer { lock.unlock() }
         return flights[key] != nil

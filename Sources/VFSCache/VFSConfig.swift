@@ -33,6 +33,11 @@ public struct VFSConfig: Sendable {
     /// On first access, the whole tree under the mount root is listed recursively unless it holds
     /// more entries than this; 0 disables the recursive prefetch (per-folder listing only).
     public var recursivePrefetchMaxEntries: Int = 25_000
+    /// While that recursive listing runs (in the background), this many folder accesses are
+    /// answered by listing the folder on its own (one call each) instead of waiting for it: the
+    /// first access after a cold mount, and a path a few folders deep, then cost about one round
+    /// trip each whatever the account's size. Later accesses wait for the whole tree.
+    public var eagerListingsWhilePrefetching: Int = 4
     /// Modification time reported for folders (Dropbox keeps none).
     public var mountTime: Date = Date()
 

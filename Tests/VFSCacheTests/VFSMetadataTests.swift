@@ -300,10 +300,68 @@ import Testing
         #expect(log.contains("connection reset"))
         remote.setRule { _, _ in nil }
         let dir = try vfs.resolve("/d")
+        #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "f"])
         // Once listed, a failing refresh serves the cached listing.
         remote.setRule { name, _ in name.hasPrefix("list") ? .unavailable("down again") : nil }
         clock.advance(31)
         #expect(try vfs.list(dir).map(\.name).sorted() == [".", "..", "f"])
         #expect(log.contains("serving the cached listing"))
     }
+
+    /// The first access after a cold mount answers from its folder's own listing while the whole
+    /// tree is still being listed (here: held back until released), and the later accesses use
+    /// the whole tree once it is there (issue 15: the first lookup waited for every page).
+    @Test func theFirstAccessAfterAColdMountDoesNotWaitForTheWholeTree() throws {
+        let inner = InMemoryRemote()
+        for folder in 0..<3 { for file in 0..<5 { inner.externalWrite("/a/b\(folder)/f\(file)", "x") } }
+        let remote = HeldRecursiveListing(inner)
+        let vfs = try makeVFS(remote) { $0.eagerListingsWhilePrefetching = 4 }
+        // Root, a, a/b1: three folders, each answered by one listing of its own.
+        let leaf = try vfs.resolve("/a/b1/f3")
+        #expect(try vfs.getattr(leaf).0.size == 1)
+        #expect(inner.calls("listFolder") == 3)          // three folders (the recursive one is still held)
+        #expect(!vfs.metadata.holdsWholeTree)
+        remote.release()
+        #expect(eventually { vfs.metadata.holdsWholeTree })
+        inner.resetCounts()
+        // Now everything comes from the whole tree: no call at all.
+        #expect(try vfs.list(try vfs.resolve("/a/b2")).count == 7)
+        #expect(inner.calls("listFolder") + inner.calls("listFolderContinue") == 0)
+    }
+}
+
+/// Holds the recursive (whole-tree) listing until `release`; everything else passes through.
+final class HeldRecursiveListing: RemoteStore, @unchecked Sendable {
+    // @unchecked: `released` is only touched with `gate` locked; `base` is itself thread-safe.
+    let base: InMemoryRemote
+    private let gate = NSCondition()
+    private var released = false
+    init(_ base: InMemoryRemote) { self.base = base }
+    func release() { gate.lock(); released = true; gate.broadcast(); gate.unlock() }
+    func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try base.metadata(path: path) }
+    func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
+        if recursive { gate.lock(); while !released { gate.wait() }; gate.unlock() }
+        return try base.listFolder(path: path, recursive: recursive, limit: limit)
+    }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try base.listFolderContinue(cursor: cursor) }
+    func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try base.latestCursor(path: path, recursive: recursive) }
+    func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) { try base.longpoll(cursor: cursor, timeout: timeout) }
+    func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
+        try base.download(path: path, rev: rev, range: range, sink: sink)
+    }
+    func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry {
+        try base.upload(file: file, length: length, commit: commit, progress: progress)
+    }
+    func startSession(concurrent: Bool) throws(RemoteError) -> String { try base.startSession(concurrent: concurrent) }
+    func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
+        try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
+    }
+    func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try base.finishBatch(entries)
+    }
+    func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try base.createFolder(path: path) }
+    func delete(path: String) throws(RemoteError) { try base.delete(path: path) }
+    func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try base.move(from: from, to: to) }
+    func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try base.copy(from: from, to: to) }
+    func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try base.spaceUsage() }
 }
