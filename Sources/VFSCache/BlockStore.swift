@@ -56,9 +56,16 @@ final class BlockStore: @unchecked Sendable {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            let epoch = purgeEpoch.load(ordering: .acquiring)
-            return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
-                try load(request, epoch: epoch)
+            while true {
+                let epoch = purgeEpoch.load(ordering: .acquiring)
+                do throws(Errno) {
+                    return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
+                        try load(request, epoch: epoch)
+                    }
+                } catch where error == .again {
+                    // We joined a read-ahead that gave this block up (`fetchSpan`): fetch it ourselves.
+                    if let block = memory.get(request.key) { return block }
+                }
             }
         } catch {
             let cause = error == .timedOut
@@ -72,7 +79,9 @@ final class BlockStore: @unchecked Sendable {
     /// Starts fetching the blocks of one file in the background, skipping those cached or already
     /// on their way. Consecutive blocks within one span (`VFSConfig.readAheadSpanBlocks` blocks,
     /// aligned) come in one ranged download, cut into blocks as the bytes arrive.
-    func prefetch(_ requests: [BlockRequest]) {
+    /// `droppedByReader` says which blocks (by index) the streaming reader that asked has already
+    /// read and dropped by the time the fetch runs: those are skipped.
+    func prefetch(_ requests: [BlockRequest], droppedByReader: @escaping @Sendable (UInt64) -> Bool = { _ in false }) {
         let epoch = purgeEpoch.load(ordering: .acquiring)
         let wanted = requests.filter {
             !memory.contains($0.key) && !flights.isRunning(FlightKey(block: $0.key, epoch: epoch))
@@ -81,17 +90,17 @@ final class BlockStore: @unchecked Sendable {
         var run: [BlockRequest] = []
         for request in wanted {
             if let last = run.last, last.key.index + 1 != request.key.index || request.key.index / span != last.key.index / span {
-                submitSpan(run, epoch: epoch)
+                submitSpan(run, epoch: epoch, droppedByReader: droppedByReader)
                 run = []
             }
             run.append(request)
         }
-        submitSpan(run, epoch: epoch)
+        submitSpan(run, epoch: epoch, droppedByReader: droppedByReader)
     }
 
-    private func submitSpan(_ requests: [BlockRequest], epoch: Int) {
+    private func submitSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @escaping @Sendable (UInt64) -> Bool) {
         guard !requests.isEmpty else { return }
-        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch) }
+        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch, droppedByReader: droppedByReader) }
     }
 
     private typealias Claim = SingleFlight<FlightKey, CachedBlock>.Claim
@@ -100,13 +109,25 @@ final class BlockStore: @unchecked Sendable {
     /// way, serves the ones the disk cache has, and downloads each run of the rest with one
     /// request. Read-ahead only serves sequential readers, whose reads get checked: the blocks'
     /// digests are computed here, on the read-ahead threads.
-    private func fetchSpan(_ requests: [BlockRequest], epoch: Int) {
+    ///
+    /// On a loaded machine a span may run only after its streaming reader, finding nothing on the
+    /// way, fetched those blocks itself, read them and dropped them (drop-behind): fetched again,
+    /// they would be downloaded twice and stay in memory with no reader left to drop them. So a
+    /// block the reader has dropped is given up (checked once claimed, so the reader cannot be
+    /// fetching it at that moment; anyone who joined the claim meanwhile fetches it itself).
+    private func fetchSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @Sendable (UInt64) -> Bool) {
         // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
         guard isCurrent(epoch) else { return }
         var run: [(request: BlockRequest, claim: Claim)] = []
         for request in requests {
             guard let claim = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
-                download(run, epoch: epoch)   // someone else has this one: the run ends here
+                download(run, epoch: epoch, droppedByReader: droppedByReader)   // someone else has this one: the run ends here
+                run = []
+                continue
+            }
+            if droppedByReader(request.key.index) {
+                flights.finish(claim, .failure(.again))
+                download(run, epoch: epoch, droppedByReader: droppedByReader)
                 run = []
                 continue
             }
@@ -115,20 +136,23 @@ final class BlockStore: @unchecked Sendable {
                 continue
             }
             flights.finish(claim, .success(block))
-            download(run, epoch: epoch)
+            download(run, epoch: epoch, droppedByReader: droppedByReader)
             run = []
         }
-        download(run, epoch: epoch)
+        download(run, epoch: epoch, droppedByReader: droppedByReader)
     }
 
     /// One ranged download for consecutive claimed blocks. Each block is cached and handed to
     /// its waiting readers as soon as its last byte arrives; if the download breaks off, the
     /// blocks not finished fail with the cause, as a single block's fetch would.
-    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int) {
+    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int, droppedByReader: (UInt64) -> Bool) {
         var finished = 0
         let cause = downloadBlocks(run.map(\.request), computeDigests: usesPieceDigests) { position, block in
             let (request, claim) = run[position]
             keepDownloaded(request.key, block, epoch: epoch)
+            // Kept first, checked after: a reader that dropped it meanwhile (it marks the block
+            // before it drops it) either dropped it after we kept it, or is seen here.
+            if droppedByReader(request.key.index) { memory.remove(request.key) }
             flights.finish(claim, .success(block))
             finished = position + 1
         }

@@ -264,13 +264,15 @@ public final class VFS: FilesystemOperations, Sendable {
         // kernel's page cache and on disk; keeping it would hold the memory cache full, and the
         // daemon's memory high, long after a big file was read through.
         if observed.streaming, firstBlock >= 2 {
+            file.dropBehind(below: firstBlock - 1)
             blocks.memory.remove(file.blockRequest(firstBlock - 2, blockSize: config.blockSize).key)
         }
         if let ahead = observed.ahead, ahead.lowerBound < file.size {
             let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
             let to = (min(ahead.upperBound, file.size) - 1) / blockSize
             if from <= to {
-                blocks.prefetch((from...to).map { file.blockRequest($0, blockSize: config.blockSize) })
+                blocks.prefetch((from...to).map { file.blockRequest($0, blockSize: config.blockSize) },
+                                droppedByReader: { [file] in file.hasDropped($0) })
             }
         }
 

@@ -329,3 +329,30 @@ import Testing
         #expect(try w.vfs.readAll(b) == bytes("first second"))
     }
 }
+
+extension VFSWriteTests {
+    /// pjdfstest unlink/14.t: a file unlinked while open stays usable through its descriptor, and
+    /// fstat on it reports no links, as on ext4. So does a file replaced by a rename while open.
+    @Test func anUnlinkedOpenFileHasNoLinks() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/old.txt", "old")
+        let w = try Writable(remote)
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "open.txt", flags: [.write, .read])
+        let ino = entry.attributes.ino
+        try write(w.vfs, ino, opened.handle, at: 0, Array("data".utf8))
+        #expect(try w.vfs.getattr(ino).0.nlink == 1)
+        try w.vfs.unlink(parent: rootInode, name: "open.txt")
+        #expect(try w.vfs.getattr(ino).0.nlink == 0)
+        #expect(try w.vfs.read(ino, handle: opened.handle, offset: 0, size: 10) == Array("data".utf8))
+        try close(w.vfs, ino, opened.handle)
+
+        let old = try w.vfs.resolve("/old.txt")
+        let reader = try w.vfs.open(old, flags: .read)
+        let (other, otherOpen) = try w.vfs.create(parent: rootInode, name: "new.txt", flags: [.write])
+        try close(w.vfs, other.attributes.ino, otherOpen.handle)
+        try w.vfs.rename(parent: rootInode, name: "new.txt", newParent: rootInode, newName: "old.txt", flags: [])
+        #expect(try w.vfs.getattr(old).0.nlink == 0)
+        #expect(try w.vfs.getattr(other.attributes.ino).0.nlink == 1)
+        w.vfs.release(old, handle: reader.handle)
+    }
+}
