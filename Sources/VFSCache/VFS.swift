@@ -116,14 +116,17 @@ public final class VFS: FilesystemOperations, Sendable {
     // MARK: Attributes
 
     func attributes(of node: Node) -> FileAttributes {
+        // A node no longer in the tree (unlinked, replaced by a rename, deleted on Dropbox) that
+        // an open descriptor still reaches has no links, as on ext4 (pjdfstest unlink/14.t).
+        let links: UInt32 = node.isAttached ? 1 : 0
         switch node.kind {
         case .directory:
             // nlink 1: "unknown", so tools like find don't infer subfolder counts from it.
             return FileAttributes(ino: node.ino, kind: .directory, size: 0, mtime: config.mountTime,
-                                  permissions: config.directoryPermissions, nlink: 1, uid: config.uid, gid: config.gid)
+                                  permissions: config.directoryPermissions, nlink: links, uid: config.uid, gid: config.gid)
         case .file(let file):
             return FileAttributes(ino: node.ino, kind: .file, size: file.size, mtime: file.modified,
-                                  permissions: config.filePermissions, nlink: 1, uid: config.uid, gid: config.gid)
+                                  permissions: config.filePermissions, nlink: links, uid: config.uid, gid: config.gid)
         }
     }
 

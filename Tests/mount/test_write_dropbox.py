@@ -369,6 +369,30 @@ def test_fsync_returns_once_committed(writer):
         assert writer.emu.download("/synced.bin") == b"durable" * 1000
 
 
+def test_unlinked_open_file_has_no_links(writer):
+    """pjdfstest unlink/14.t: fstat of a descriptor whose file was unlinked reports st_nlink 0,
+    as on ext4; so does a file replaced by a rename while open. The descriptor keeps working."""
+    path = writer.path / "nlink.txt"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, b"still here")
+        assert os.fstat(fd).st_nlink == 1
+        os.unlink(path)
+        assert os.fstat(fd).st_nlink == 0
+        assert os.pread(fd, 100, 0) == b"still here"
+    finally:
+        os.close(fd)
+    (writer.path / "target.txt").write_text("old")
+    (writer.path / "source.txt").write_text("new")
+    fd = os.open(writer.path / "target.txt", os.O_RDONLY)
+    try:
+        os.rename(writer.path / "source.txt", writer.path / "target.txt")
+        assert os.fstat(fd).st_nlink == 0
+        assert (writer.path / "target.txt").stat().st_nlink == 1
+    finally:
+        os.close(fd)
+
+
 def test_read_your_writes_before_the_upload(writer):
     writer.emu.config(latency_ms=300)
     try:
