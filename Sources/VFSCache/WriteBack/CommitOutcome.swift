@@ -195,6 +195,7 @@ extension WriteBackEngine {
                     }
                     files[job.key] = nil
                     stagingArea.remove(name: record.staging)
+                    retryFailedClosesSoon()
                 } catch {
                     // Keep everything; the next attempt finds our bytes on Dropbox and ends here again.
                     WriteBackLog.error("committed \(record.path) but cannot update the journal: \(error)")
@@ -243,6 +244,7 @@ extension WriteBackEngine {
         guard isCurrent(job), let dirty = files[job.key], var record = dirty.record else { return }
         if dirty.conflictIndex >= 20 {
             dirty.hardError = .conflict(reason)
+            dirty.failedAt = Date()
             record.state = .failed
             record.lastError = "no free conflicted-copy name (\(reason))"
             dirty.notBefore = Date().addingTimeInterval(configuration.hardFailureRetryDelay)
@@ -286,6 +288,7 @@ extension WriteBackEngine {
             if !outcomeUnknown { record.state = record.sessionID == nil ? .pending : .uploading }
         case .hold, .conflict:
             dirty.hardError = error
+            dirty.failedAt = now
             dirty.notBefore = now.addingTimeInterval(configuration.hardFailureRetryDelay)
             record.state = .failed
         }
