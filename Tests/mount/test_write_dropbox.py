@@ -5,6 +5,7 @@ the emulator's API, never through the mount. Mounts are always unmounted and rea
 fusermount3 -uz.
 """
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -606,28 +607,37 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     assert wemu.download("/leftover.txt") == b"kept for later\n"
 
 
-def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
-    cache = tmp_path / "small-cache"
-    cache.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(cache)], capture_output=True).returncode != 0:
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A tmpfs of `size` mounted at `path`, for a cache directory on a small disk; unmounted at
+    the end (callers unmount their dbxfs mount first). Skips the test when it cannot (not root)."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    try:
-        with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache, "--cache-size", "1M"), env=dropbox_env()):
-            with pytest.raises(OSError) as err:
-                with open(mnt / "too-big.bin", "wb") as f:
-                    for _ in range(16):
-                        f.write(b"\1" * (1 << 20))
-            assert err.value.errno == errno.ENOSPC
-            # Small files still work once space is back.
-            (mnt / "too-big.bin").unlink()
-            (mnt / "small.txt").write_text("fits\n")
-            subprocess.run([dbxfs_binary, "sync", str(mnt)], check=True, capture_output=True, timeout=60)
-        assert wemu.download("/small.txt") == b"fits\n"
-    finally:
-        force_unmount(str(mnt))
-        subprocess.run(["umount", "-l", str(cache)], capture_output=True)
+    with small_disk(tmp_path / "small-cache", "6m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache, "--cache-size", "1M"), env=dropbox_env()):
+                with pytest.raises(OSError) as err:
+                    with open(mnt / "too-big.bin", "wb") as f:
+                        for _ in range(16):
+                            f.write(b"\1" * (1 << 20))
+                assert err.value.errno == errno.ENOSPC
+                # Small files still work once space is back.
+                (mnt / "too-big.bin").unlink()
+                (mnt / "small.txt").write_text("fits\n")
+                subprocess.run([dbxfs_binary, "sync", str(mnt)], check=True, capture_output=True, timeout=60)
+            assert wemu.download("/small.txt") == b"fits\n"
+        finally:
+            force_unmount(str(mnt))
 
 
 def test_insufficient_space_stays_journaled_and_shows_at_fsync(writer):
@@ -691,36 +701,32 @@ def test_a_full_cache_disk_never_leaves_a_file_that_sync_calls_uploaded(dbxfs_bi
     disk full too), so the file is held: status and sync report it as failed, sync never says
     everything is on Dropbox. Once the disk has room, sync journals and uploads it as the
     writer left it (docs/SEMANTICS.md, "Writing")."""
-    cache = tmp_path / "tiny-cache"
-    cache.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(cache)], capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     source = tmp_path / "40M.bin"
     source.write_bytes(random.Random(12).randbytes(40 << 20))
-    try:
-        with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache), env=dropbox_env()) as m:
-            cp = subprocess.run(["cp", str(source), str(mnt) + "/"], capture_output=True, text=True, timeout=120)
-            assert cp.returncode != 0 and "No space left on device" in cp.stderr, cp.stderr
-            left = (mnt / "40M.bin").read_bytes()
-            assert 0 < len(left) < 40 << 20 and source.read_bytes().startswith(left)
-            status = subprocess.run([dbxfs_binary, "status", str(mnt)], capture_output=True, text=True, timeout=30).stdout
-            line = next(line for line in status.splitlines() if "/40M.bin" in line)
-            assert "failed" in line and "open for writing" not in line and "writing" not in line, status
-            sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
-                                  timeout=120)
-            assert sync.returncode == 1, sync.stdout + sync.stderr + m.read_log()
-            assert "/40M.bin" in sync.stderr and "journal" in sync.stderr, sync.stderr
-            # Room again: sync journals it and uploads what the writer left.
-            subprocess.run(["mount", "-o", "remount,size=200m", str(cache)], check=True)
-            sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
-                                  timeout=120)
-            assert sync.returncode == 0, sync.stdout + sync.stderr + m.read_log()
-            uploaded = wemu.download("/40M.bin")
-            assert uploaded == left, f"uploaded {len(uploaded)} bytes, the mount showed {len(left)}"
-            (mnt / "40M.bin").unlink()
-    finally:
-        force_unmount(str(mnt))
-        subprocess.run(["umount", "-l", str(cache)], capture_output=True)
+    with small_disk(tmp_path / "tiny-cache", "30m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache), env=dropbox_env()) as m:
+                cp = subprocess.run(["cp", str(source), str(mnt) + "/"], capture_output=True, text=True, timeout=120)
+                assert cp.returncode != 0 and "No space left on device" in cp.stderr, cp.stderr
+                left = (mnt / "40M.bin").read_bytes()
+                assert 0 < len(left) < 40 << 20 and source.read_bytes().startswith(left)
+                status = subprocess.run([dbxfs_binary, "status", str(mnt)], capture_output=True, text=True, timeout=30).stdout
+                line = next(line for line in status.splitlines() if "/40M.bin" in line)
+                assert "failed" in line and "open for writing" not in line and "writing" not in line, status
+                sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
+                                      timeout=120)
+                assert sync.returncode == 1, sync.stdout + sync.stderr + m.read_log()
+                assert "/40M.bin" in sync.stderr and "journal" in sync.stderr, sync.stderr
+                # Room again: sync journals it and uploads what the writer left.
+                subprocess.run(["mount", "-o", "remount,size=200m", str(cache)], check=True)
+                sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
+                                      timeout=120)
+                assert sync.returncode == 0, sync.stdout + sync.stderr + m.read_log()
+                uploaded = wemu.download("/40M.bin")
+                assert uploaded == left, f"uploaded {len(uploaded)} bytes, the mount showed {len(left)}"
+                (mnt / "40M.bin").unlink()
+        finally:
+            force_unmount(str(mnt))
 
