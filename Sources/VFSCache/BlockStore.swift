@@ -13,12 +13,14 @@ final class BlockStore: @unchecked Sendable {
     // or Sendable.
     let memory: MemoryBlockCache
     let disk: DiskBlockCache?
-    /// Fetches under way, keyed by block and purge epoch: a fetch that began before a purge is
-    /// never joined after it, and does not put what it read back into the caches.
+    /// Fetches under way, keyed by block and purge epoch: a fetch that began before a purge of its
+    /// file is never joined after it, and does not put what it read back into the caches.
     private struct FlightKey: Hashable, Sendable { var block: BlockKey; var epoch: Int }
     private let flights = SingleFlight<FlightKey, CachedBlock>()
-    /// Bumped by every purge.
-    private let purgeEpoch = Atomic<Int>(0)
+    /// Purge epochs by file id, in 256 slots: each purge bumps its file's slot. Per file because
+    /// purges are frequent (every commit of a file that had a rev replaces that rev): one must not
+    /// make every other file's read-ahead throw away what it fetched.
+    private let purgeEpochs = Mutex<[Int]>(Array(repeating: 0, count: 256))
     /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
     private let failures = Mutex<[BlockKey: FetchFailure]>([:])
     /// Whether the content-hash check uses the blocks' 4 MiB piece digests (see `CachedBlock`).
@@ -56,9 +58,16 @@ final class BlockStore: @unchecked Sendable {
         if let block = memory.get(request.key) { return block }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            let epoch = purgeEpoch.load(ordering: .acquiring)
-            return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
-                try load(request, epoch: epoch)
+            while true {
+                let epoch = self.epoch(of: request.key.fileID)
+                do throws(Errno) {
+                    return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
+                        try load(request, epoch: epoch)
+                    }
+                } catch where error == .again {
+                    // We joined a read-ahead that gave this block up (`fetchSpan`): fetch it ourselves.
+                    if let block = memory.get(request.key) { return block }
+                }
             }
         } catch {
             let failure = failures.withLock { $0[request.key] }
@@ -71,8 +80,11 @@ final class BlockStore: @unchecked Sendable {
     /// Starts fetching the blocks of one file in the background, skipping those cached or already
     /// on their way. Consecutive blocks within one span (`VFSConfig.readAheadSpanBlocks` blocks,
     /// aligned) come in one ranged download, cut into blocks as the bytes arrive.
-    func prefetch(_ requests: [BlockRequest]) {
-        let epoch = purgeEpoch.load(ordering: .acquiring)
+    /// `droppedByReader` says which blocks (by index) the streaming reader that asked has already
+    /// read and dropped by the time the fetch runs: those are skipped.
+    func prefetch(_ requests: [BlockRequest], droppedByReader: @escaping @Sendable (UInt64) -> Bool = { _ in false }) {
+        guard let fileID = requests.first?.key.fileID else { return }
+        let epoch = self.epoch(of: fileID)
         let wanted = requests.filter {
             !memory.contains($0.key) && !flights.isRunning(FlightKey(block: $0.key, epoch: epoch))
         }
@@ -80,17 +92,17 @@ final class BlockStore: @unchecked Sendable {
         var run: [BlockRequest] = []
         for request in wanted {
             if let last = run.last, last.key.index + 1 != request.key.index || request.key.index / span != last.key.index / span {
-                submitSpan(run, epoch: epoch)
+                submitSpan(run, epoch: epoch, droppedByReader: droppedByReader)
                 run = []
             }
             run.append(request)
         }
-        submitSpan(run, epoch: epoch)
+        submitSpan(run, epoch: epoch, droppedByReader: droppedByReader)
     }
 
-    private func submitSpan(_ requests: [BlockRequest], epoch: Int) {
+    private func submitSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @escaping @Sendable (UInt64) -> Bool) {
         guard !requests.isEmpty else { return }
-        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch) }
+        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch, droppedByReader: droppedByReader) }
     }
 
     private typealias Claim = SingleFlight<FlightKey, CachedBlock>.Claim
@@ -99,13 +111,25 @@ final class BlockStore: @unchecked Sendable {
     /// way, serves the ones the disk cache has, and downloads each run of the rest with one
     /// request. Read-ahead only serves sequential readers, whose reads get checked: the blocks'
     /// digests are computed here, on the read-ahead threads.
-    private func fetchSpan(_ requests: [BlockRequest], epoch: Int) {
+    ///
+    /// On a loaded machine a span may run only after its streaming reader, finding nothing on the
+    /// way, fetched those blocks itself, read them and dropped them (drop-behind): fetched again,
+    /// they would be downloaded twice and stay in memory with no reader left to drop them. So a
+    /// block the reader has dropped is given up (checked once claimed, so the reader cannot be
+    /// fetching it at that moment; anyone who joined the claim meanwhile fetches it itself).
+    private func fetchSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @Sendable (UInt64) -> Bool) {
         // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
-        guard isCurrent(epoch) else { return }
+        guard let fileID = requests.first?.key.fileID, isCurrent(epoch, of: fileID) else { return }
         var run: [(request: BlockRequest, claim: Claim)] = []
         for request in requests {
             guard let claim = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
-                download(run, epoch: epoch)   // someone else has this one: the run ends here
+                download(run, epoch: epoch, droppedByReader: droppedByReader)   // someone else has this one: the run ends here
+                run = []
+                continue
+            }
+            if droppedByReader(request.key.index) {
+                flights.finish(claim, .failure(.again))
+                download(run, epoch: epoch, droppedByReader: droppedByReader)
                 run = []
                 continue
             }
@@ -114,20 +138,23 @@ final class BlockStore: @unchecked Sendable {
                 continue
             }
             flights.finish(claim, .success(block))
-            download(run, epoch: epoch)
+            download(run, epoch: epoch, droppedByReader: droppedByReader)
             run = []
         }
-        download(run, epoch: epoch)
+        download(run, epoch: epoch, droppedByReader: droppedByReader)
     }
 
     /// One ranged download for consecutive claimed blocks. Each block is cached and handed to
     /// its waiting readers as soon as its last byte arrives; if the download breaks off, the
     /// blocks not finished fail with the cause, as a single block's fetch would.
-    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int) {
+    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int, droppedByReader: (UInt64) -> Bool) {
         var finished = 0
         let cause = downloadBlocks(run.map(\.request), computeDigests: usesPieceDigests) { position, block in
             let (request, claim) = run[position]
             keepDownloaded(request.key, block, epoch: epoch)
+            // Kept first, checked after: a reader that dropped it meanwhile (it marks the block
+            // before it drops it) either dropped it after we kept it, or is seen here.
+            if droppedByReader(request.key.index) { memory.remove(request.key) }
             flights.finish(claim, .success(block))
             finished = position + 1
         }
@@ -145,7 +172,7 @@ final class BlockStore: @unchecked Sendable {
         guard assembling.withLock({ $0.insert(whole).inserted }) else { return }
         let blockSize = UInt64(config.blockSize)
         let count = Int((size + blockSize - 1) / blockSize)
-        let epoch = purgeEpoch.load(ordering: .acquiring)
+        let epoch = self.epoch(of: fileID)
         let submitted = wholeFileWriter.submit { [self] in
             defer { _ = assembling.withLock { $0.remove(whole) } }
             diskWriter.waitUntilIdle()   // blocks still queued for the disk are part of the file
@@ -155,17 +182,19 @@ final class BlockStore: @unchecked Sendable {
                 if let block = memory.get(key), block.count == length { return block }
                 return disk.read(key, length: length).map { CachedBlock(adopting: $0, computeDigests: false) }
             }
-            if kept && !isCurrent(epoch) { disk.purge(fileID: fileID, rev: rev) }
+            if kept && !isCurrent(epoch, of: fileID) { disk.purge(fileID: fileID, rev: rev) }
             log.debug("disk cache: \(path) (rev \(rev)) \(kept ? "kept whole" : "not kept whole (blocks missing or over budget)")")
         }
         if !submitted { _ = assembling.withLock { $0.remove(whole) } }
     }
 
-    /// Drops every cached block of one revision of a file (memory and disk).
+    /// Drops every cached block of one revision of a file (memory and disk). Fetches and disk
+    /// writes of the file under way see the new epoch and keep nothing (`keepDownloaded`,
+    /// `scheduleDiskWrite`), so this never waits for them: the disk writer can stay busy for as
+    /// long as a streaming read lasts, and purges run on the write-back engine's event queue.
     func purge(fileID: String, rev: String) {
-        purgeEpoch.add(1, ordering: .releasing)
+        purgeEpochs.withLock { $0[Self.slot(fileID)] += 1 }
         memory.purge(fileID: fileID, rev: rev)
-        diskWriter.waitUntilIdle()   // a queued write must not resurrect a purged block
         disk?.purge(fileID: fileID, rev: rev)
     }
 
@@ -194,9 +223,13 @@ final class BlockStore: @unchecked Sendable {
         return block
     }
 
-    /// Whether no purge has happened since `epoch`: only then may a fetch put what it read into
-    /// the caches.
-    private func isCurrent(_ epoch: Int) -> Bool { purgeEpoch.load(ordering: .acquiring) == epoch }
+    private static func slot(_ fileID: String) -> Int { Int(UInt(bitPattern: fileID.hashValue) % 256) }
+
+    private func epoch(of fileID: String) -> Int { purgeEpochs.withLock { $0[Self.slot(fileID)] } }
+
+    /// Whether no purge of the file has happened since `epoch`: only then may a fetch put what it
+    /// read into the caches.
+    private func isCurrent(_ epoch: Int, of fileID: String) -> Bool { self.epoch(of: fileID) == epoch }
 
     /// The block from memory (fetched while we queued), else from the disk cache (then kept in
     /// memory too); nil if neither has it.
@@ -204,16 +237,28 @@ final class BlockStore: @unchecked Sendable {
         if let block = memory.get(request.key) { return block }
         guard let disk, let storage = disk.read(request.key, length: request.length) else { return nil }
         let block = CachedBlock(adopting: storage, computeDigests: computeDigests)
-        if isCurrent(epoch) { memory.put(request.key, block) }
+        keepInMemory(request.key, block, epoch: epoch)
         return block
     }
 
     /// Puts a downloaded block in memory and hands it to the disk writer, unless a purge came
     /// since the fetch began.
     private func keepDownloaded(_ key: BlockKey, _ block: CachedBlock, epoch: Int) {
-        guard isCurrent(epoch) else { return }
+        guard keepInMemory(key, block, epoch: epoch) else { return }
+        scheduleDiskWrite(key, block, epoch: epoch)
+    }
+
+    /// Puts the block in memory unless its file was purged since `epoch`. Kept first, checked
+    /// after: a purge that came meanwhile either dropped it after we kept it, or is seen here.
+    @discardableResult
+    private func keepInMemory(_ key: BlockKey, _ block: CachedBlock, epoch: Int) -> Bool {
+        guard isCurrent(epoch, of: key.fileID) else { return false }
         memory.put(key, block)
-        scheduleDiskWrite(key, block)
+        guard isCurrent(epoch, of: key.fileID) else {
+            memory.remove(key)
+            return false
+        }
+        return true
     }
 
     /// Downloads consecutive blocks of one file with one ranged request, straight into each
@@ -277,7 +322,7 @@ final class BlockStore: @unchecked Sendable {
     /// a cold streaming read to the disk's write speed.) So a cold read faster than the disk leaves
     /// only part of the file on disk; the memory cache and the kernel page cache still hold the
     /// recent part, and a later read fills the gaps.
-    private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock) {
+    private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock, epoch: Int) {
         guard let disk else { return }
         let size = block.count
         diskQueue.lock()
@@ -290,7 +335,12 @@ final class BlockStore: @unchecked Sendable {
         pendingDiskBytes += size
         diskQueue.unlock()
         let submitted = diskWriter.submit { [self] in
-            disk.write(key, block.buffer)   // `block` is captured, so its bytes stay alive
+            // A purge of the file since the fetch: nothing to write. One during the write: what
+            // was written goes again (written, then checked, like `keepInMemory`).
+            if isCurrent(epoch, of: key.fileID) {
+                disk.write(key, block.buffer)   // `block` is captured, so its bytes stay alive
+                if !isCurrent(epoch, of: key.fileID) { disk.discard(key) }
+            }
             releaseDiskBytes(size)
         }
         if !submitted { releaseDiskBytes(size) }

@@ -97,6 +97,24 @@ public final class ChangeWatcher: Sendable {
         }
     }
 
+    /// Applies what changed on Dropbox since the saved tree's cursor, now, on the caller's
+    /// thread: at mount time, before the mount serves, so a remount shows Dropbox as it is and
+    /// not the tree of the last unmount. False if Dropbox could not be asked (the watcher's thread
+    /// catches up later; meanwhile the saved tree is served, as offline).
+    @discardableResult
+    public func catchUp() -> Bool {
+        let (cursor, needed) = state.withLock { ($0.cursor, $0.needsCatchUp) }
+        guard let cursor, needed else { return true }
+        do throws(RemoteError) {
+            try readChanges(from: cursor)
+            state.withLock { $0.needsCatchUp = false }
+            return true
+        } catch {
+            log.warning("cannot catch up with Dropbox's changes since the last mount yet (\(error)); serving the saved tree until it answers")
+            return false
+        }
+    }
+
     /// Starts the watcher thread (once).
     public func start() {
         let first = state.withLock { state -> Bool in

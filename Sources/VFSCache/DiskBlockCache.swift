@@ -323,6 +323,12 @@ final class DiskBlockCache: @unchecked Sendable {
         return !victims.contains(key)
     }
 
+    /// Drops one block (written after a purge of its file began).
+    func discard(_ key: BlockKey) {
+        forget(key)
+        remove([key])
+    }
+
     /// Drops every block of one revision of a file.
     func purge(fileID: String, rev: String) {
         let victims = blockKeys(fileID: fileID, rev: rev)

@@ -78,6 +78,15 @@ final class WriteHandle: Sendable {
     let remoteView: OpenFile?
     /// This handle changed the file since its last journaled close (flush/release journal it).
     let wrote = Atomic<Bool>(false)
+    /// This handle changed the file at some point: only such a handle's flush reports the file's
+    /// failed close or upload (a reader's close never fails for it).
+    let hasWritten = Atomic<Bool>(false)
+
+    /// Records a change made through this handle (a write, a truncate, the create itself).
+    func noteWrite() {
+        wrote.store(true, ordering: .relaxed)
+        hasWritten.store(true, ordering: .relaxed)
+    }
 
     init(ino: InodeNumber, file: LocalFile, mayWrite: Bool, append: Bool, remoteView: OpenFile?) {
         self.ino = ino; self.file = file; self.mayWrite = mayWrite; self.append = append; self.remoteView = remoteView

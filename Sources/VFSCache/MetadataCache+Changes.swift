@@ -99,12 +99,7 @@ extension MetadataCache {
     }
 
     private func collectRevs(under ino: InodeNumber, into revs: inout [(fileID: String, rev: String)]) {
-        var stack = [ino]
-        while let current = stack.popLast() {
-            guard let node = table[current] else { continue }
-            if let file = node.file, let id = node.id { revs.append((id, file.rev)) }
-            stack.append(contentsOf: node.children.values)
-        }
+        revs += StaleRevision.all(under: ino, in: table).map { ($0.fileID, $0.rev) }
     }
 
     /// After a cursor reset: one recursive listing replaces the tree (nodes the kernel knows keep

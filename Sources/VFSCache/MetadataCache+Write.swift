@@ -44,30 +44,38 @@ extension MetadataCache {
     }
 
     /// The file at `path` was committed as `entry`. Unless newer local bytes are pending
-    /// (`stillDirty`), the node mirrors the server again.
-    func applyCommitted(path: String, entry: RemoteEntry, stillDirty: Bool) {
+    /// (`stillDirty`), the node mirrors the server again. Returns the rev the commit replaced,
+    /// whose cached blocks no open can ask for any more (`StaleRevision`).
+    @discardableResult
+    func applyCommitted(path: String, entry: RemoteEntry, stillDirty: Bool) -> [StaleRevision] {
         locked { table in
-            guard let ino = table.resolve(path: path), var node = table.nodes[ino], node.file != nil else { return }
+            guard let ino = table.resolve(path: path), var node = table.nodes[ino], let old = node.file else { return [] }
+            let stale = StaleRevision.replaced(old, id: node.id, by: entry)
             node.id = entry.id
             if !stillDirty {
                 node.kind = Node.Kind(entry)
                 node.local = .remote
             }
             table.nodes[ino] = node
+            return stale
         }
     }
 
     /// After a conflict: `path` shows the server's version again (`.some(nil)` if it is gone, nil
-    /// if unknown), and our version appears as `copy`.
-    func applyConflict(path: String, remoteVersion: RemoteEntry??, copy: RemoteEntry, copyPath: String) {
+    /// if unknown), and our version appears as `copy`. Returns the rev `path` no longer shows.
+    @discardableResult
+    func applyConflict(path: String, remoteVersion: RemoteEntry??, copy: RemoteEntry, copyPath: String) -> [StaleRevision] {
         locked { table in
+            var stale: [StaleRevision] = []
             if let ino = table.resolve(path: path), var node = table.nodes[ino] {
                 node.local = .remote
                 table.nodes[ino] = node
                 switch remoteVersion {
                 case .some(.some(let entry)):
+                    if let old = node.file { stale = StaleRevision.replaced(old, id: node.id, by: entry) }
                     if let parent = table.resolve(path: InodeTable.parentPath(path)) { table.upsert(entry, under: parent, generation: 0) }
                 case .some(.none):
+                    stale = StaleRevision.all(under: ino, in: table)
                     table.detach(ino)
                 case .none:
                     break
@@ -76,6 +84,7 @@ extension MetadataCache {
             if let parent = table.resolve(path: InodeTable.parentPath(copyPath)) {
                 table.upsert(copy, under: parent, generation: 0)
             }
+            return stale
         }
     }
 
@@ -88,24 +97,32 @@ extension MetadataCache {
         }
     }
 
-    /// Removes a node from the tree (unlink, rmdir).
-    func remove(_ ino: InodeNumber) {
+    /// Removes a node from the tree (unlink, rmdir). Returns the revs it showed.
+    @discardableResult
+    func remove(_ ino: InodeNumber) -> [StaleRevision] {
         locked { table in
+            let stale = StaleRevision.all(under: ino, in: table)
             if var node = table.nodes[ino] {
                 node.local = .remote
                 table.nodes[ino] = node
             }
             table.detach(ino)
+            return stale
         }
     }
 
     /// Moves `ino` to `newParent` as `newName`, replacing whatever was there. `entry` (the
     /// server's answer to the move, if any) updates a clean file's rev and id.
-    func move(_ ino: InodeNumber, to newParent: InodeNumber, name newName: String, entry: RemoteEntry?) {
+    /// Returns the revs no longer shown: the replaced file's, and the moved file's if the move
+    /// gave it a new one.
+    @discardableResult
+    func move(_ ino: InodeNumber, to newParent: InodeNumber, name newName: String, entry: RemoteEntry?) -> [StaleRevision] {
         locked { table in
-            guard var node = table.nodes[ino], table.nodes[newParent]?.isDirectory == true else { return }
+            guard var node = table.nodes[ino], table.nodes[newParent]?.isDirectory == true else { return [] }
+            var stale: [StaleRevision] = []
             let key = InodeTable.key(newName)
             if let existing = table.child(of: newParent, key: key), existing != ino {
+                stale = StaleRevision.all(under: existing, in: table)
                 if var other = table.nodes[existing] { other.local = .remote; table.nodes[existing] = other }
                 table.detach(existing)
             }
@@ -113,12 +130,16 @@ extension MetadataCache {
             node.parent = newParent
             node.name = newName
             if let entry {
+                if node.local == .remote, !entry.isFolder, let old = node.file {
+                    stale += StaleRevision.replaced(old, id: node.id, by: entry)
+                    node.kind = Node.Kind(entry)
+                }
                 node.id = entry.id
-                if node.local == .remote, !entry.isFolder { node.kind = Node.Kind(entry) }
             }
             table.nodes[ino] = node
             table.nodes[newParent]!.children[key] = ino
             table.clearNegative(key, in: newParent)
+            return stale
         }
     }
 
@@ -134,5 +155,32 @@ extension MetadataCache {
     /// Whether a folder has children that only exist here so far (pending uploads), for rmdir.
     func hasLocalChildren(_ ino: InodeNumber) -> Bool {
         locked { table in table[ino]?.children.values.contains { table[$0]?.local == .dirty } ?? false }
+    }
+}
+
+/// A revision of a file the tree no longer shows (replaced by a newer one, or the file is gone):
+/// its cached blocks can only be asked for again by a handle still open on it, which fetches
+/// them again by rev. The write side drops them (`BlockStore.purge`), as the change watcher does
+/// for changes made elsewhere.
+struct StaleRevision: Equatable {
+    var fileID: String
+    var rev: String
+
+    /// `old`'s rev, if `entry` shows another one of that file.
+    static func replaced(_ old: Node.FileMetadata, id: String?, by entry: RemoteEntry) -> [StaleRevision] {
+        guard let id, !old.rev.isEmpty, old.rev != entry.rev else { return [] }
+        return [StaleRevision(fileID: id, rev: old.rev)]
+    }
+
+    /// The revs of every file at or under `ino`.
+    static func all(under ino: InodeNumber, in table: InodeTable) -> [StaleRevision] {
+        var revs: [StaleRevision] = []
+        var stack = [ino]
+        while let current = stack.popLast() {
+            guard let node = table[current] else { continue }
+            if let file = node.file, let id = node.id, !file.rev.isEmpty { revs.append(StaleRevision(fileID: id, rev: file.rev)) }
+            stack.append(contentsOf: node.children.values)
+        }
+        return revs
     }
 }

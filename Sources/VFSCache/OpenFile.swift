@@ -2,6 +2,7 @@
 /// (so every read of the handle sees one consistent version), and carries the handle's
 /// read-ahead detector and content-hash check, behind the handle's own lock.
 import Foundation
+import Synchronization
 
 final class OpenFile: @unchecked Sendable {
     // @unchecked: the `let`s are immutable; `readAhead` and `verifier` only touched under `lock`.
@@ -15,6 +16,10 @@ final class OpenFile: @unchecked Sendable {
     private let lock = NSLock()
     private var readAhead = ReadAhead()
     private var verifier: ContentVerifier?
+    /// Blocks below this index were read through and dropped from memory by this handle's
+    /// streaming reader (drop-behind, in `VFS.readPieces`). Read-ahead queued for them earlier,
+    /// and run late, must neither download them again nor keep them (`BlockStore.prefetch`).
+    private let droppedBelow = Atomic<UInt64>(0)
 
     private let usesPieceDigests: Bool
 
@@ -38,8 +43,24 @@ final class OpenFile: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         let expected = readAhead.expectedOffset
         let ahead = readAhead.observe(offset: offset, length: length, policy: policy)
+        // A seek starts a new run: what the old run dropped may be wanted again.
+        if readAhead.lastWasSeek { droppedBelow.store(0, ordering: .sequentiallyConsistent) }
         return (ahead, readAhead.lastWasSeek ? expected : nil, readAhead.window > 0)
     }
+
+    /// The streaming reader is done with every block below `index` (drop-behind). Recorded
+    /// before the blocks leave memory, so read-ahead that puts one back sees it and takes it out.
+    func dropBehind(below index: UInt64) {
+        var current = droppedBelow.load(ordering: .sequentiallyConsistent)
+        while index > current {
+            let (exchanged, original) = droppedBelow.compareExchange(expected: current, desired: index, ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            current = original
+        }
+    }
+
+    /// Whether the streaming reader has already read and dropped block `index`.
+    func hasDropped(_ index: UInt64) -> Bool { index < droppedBelow.load(ordering: .sequentiallyConsistent) }
 
     /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the
     /// handle no longer checks). After a mismatch the check restarts, so a re-read is checked again.

@@ -129,15 +129,18 @@ public final class VFS: FilesystemOperations, Sendable {
         // Dropbox refuses writes to it (a read-only shared folder, an export-only file): no
         // write bits, so tools see it before they try (docs/SEMANTICS.md).
         let writable: UInt16 = node.isReadOnly ? ~0o222 : 0o7777
+        // A node no longer in the tree (unlinked, replaced by a rename, deleted on Dropbox) that
+        // an open descriptor still reaches has no links, as on ext4 (pjdfstest unlink/14.t).
+        let links: UInt32 = node.isAttached ? 1 : 0
         switch node.kind {
         case .directory:
             // nlink 1: "unknown", so tools like find don't infer subfolder counts from it.
             return FileAttributes(ino: node.ino, kind: .directory, size: 0, mtime: config.mountTime,
-                                  permissions: config.directoryPermissions & writable, nlink: 1, uid: config.uid, gid: config.gid)
+                                  permissions: config.directoryPermissions & writable, nlink: links, uid: config.uid, gid: config.gid)
         case .file(let file):
             let size = node.isExportOnly ? exportSize(of: node, file) : file.size
             return FileAttributes(ino: node.ino, kind: .file, size: size, mtime: file.modified,
-                                  permissions: config.filePermissions & writable, nlink: 1, uid: config.uid, gid: config.gid)
+                                  permissions: config.filePermissions & writable, nlink: links, uid: config.uid, gid: config.gid)
         }
     }
 
@@ -299,13 +302,15 @@ public final class VFS: FilesystemOperations, Sendable {
         // kernel's page cache and on disk; keeping it would hold the memory cache full, and the
         // daemon's memory high, long after a big file was read through.
         if observed.streaming, firstBlock >= 2 {
+            file.dropBehind(below: firstBlock - 1)
             blocks.memory.remove(file.blockRequest(firstBlock - 2, blockSize: config.blockSize).key)
         }
         if let ahead = observed.ahead, ahead.lowerBound < file.size {
             let from = max(ahead.lowerBound / blockSize, lastBlock + 1)
             let to = (min(ahead.upperBound, file.size) - 1) / blockSize
             if from <= to {
-                blocks.prefetch((from...to).map { file.blockRequest($0, blockSize: config.blockSize) })
+                blocks.prefetch((from...to).map { file.blockRequest($0, blockSize: config.blockSize) },
+                                droppedByReader: { [file] in file.hasDropped($0) })
             }
         }
 

@@ -351,6 +351,39 @@ import Testing
         #expect(vfs.cacheUsage().memoryBlocks == before + 4)
     }
 
+    /// Read-ahead that runs late (a loaded machine: its one thread is busy elsewhere) finds that
+    /// its streaming reader has fetched, read and dropped those blocks itself meanwhile: it must
+    /// neither download them again nor put them back in memory, where no reader would ever drop
+    /// them. Made deterministic by holding the read-ahead thread in another file's download.
+    @Test func readAheadThatRunsAfterItsReaderPassedFetchesAndKeepsNothing() throws {
+        let inner = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(16 * blockSize)
+        let seq = inner.externalWrite("/seq", data)
+        let gate = inner.externalWrite("/gate", testBytes(100, seed: 9))
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let remote = FailingRemote(inner) { name, path in
+            if name == "download", path == "/gate" { entered.signal(); release.wait() }
+            return nil
+        }
+        let vfs = try makeVFS(remote) {
+            $0.memoryCacheBytes = 64 * blockSize; $0.readAheadMaxBytes = 8 * blockSize
+            $0.readAheadParallelism = 1; $0.readAheadSpanBlocks = 4
+        }
+        defer { vfs.shutdown() }
+        let file = try vfs.resolve("/seq")
+        vfs.blocks.prefetch([BlockRequest(key: BlockKey(fileID: gate.id, rev: gate.rev!, index: 0), path: "/gate", range: 0..<100)])
+        #expect(entered.wait(timeout: .now() + 10) == .success)
+        // Every read-ahead span of this read queues behind the gate: the reader fetches each
+        // block itself, and drops each one two blocks later.
+        #expect(try vfs.readAll(file, chunk: 32 << 10) == data)
+        release.signal()
+        vfs.waitUntilIdle()
+        #expect(inner.downloadedBytes == data.count + 100)   // each block of /seq once, and the gate
+        let kept = (0..<16).filter { vfs.blocks.memory.contains(BlockKey(fileID: seq.id, rev: seq.rev!, index: UInt64($0))) }
+        #expect(kept.allSatisfy { $0 >= 14 })   // only the last two, which no later read passed
+    }
+
     /// Read-ahead asks for whole aligned spans of blocks, one download each, and every byte
     /// still arrives once, right, with several spans in flight.
     @Test func readAheadDownloadsWholeSpansOfBlocksInOneRequestEach() throws {
@@ -405,6 +438,7 @@ import Testing
         remote.cutDownloadsAfter.withLock { $0 = nil }
         inner.resetCounts()
         #expect(try vfs.readAll(file) == data)
+        vfs.waitUntilIdle()   // read-ahead still queued must not fetch anything more either
         #expect(inner.downloadedBytes == 6 * blockSize)   // blocks 0...3 and 6...7
     }
 

@@ -9,7 +9,6 @@ stays exact: the union of the workers' models is the expected tree.
 
 import os
 import random
-import time
 from pathlib import Path
 
 
@@ -84,18 +83,6 @@ def read_emulator_tree(emu):
         elif e[".tag"] == "file":
             model.files[rel] = emu.download(e["path_display"])
     return model
-
-
-def wait_for_equal(expected, read, timeout, interval=0.25):
-    """Polls `read()` until it equals `expected` or `timeout` passes; returns the differences
-    (empty when equal)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        actual = read()
-        diff = expected.describe_difference(actual)
-        if not diff or time.monotonic() > deadline:
-            return diff
-        time.sleep(interval)
 
 
 class RandomOperations:

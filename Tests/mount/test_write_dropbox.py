@@ -5,8 +5,10 @@ the emulator's API, never through the mount. Mounts are always unmounted and rea
 fusermount3 -uz.
 """
 
+import contextlib
 import errno
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -369,6 +371,58 @@ def test_fsync_returns_once_committed(writer):
         assert writer.emu.download("/synced.bin") == b"durable" * 1000
 
 
+def test_unlinked_open_file_has_no_links(writer):
+    """pjdfstest unlink/14.t: fstat of a descriptor whose file was unlinked reports st_nlink 0,
+    as on ext4; so does a file replaced by a rename while open. The descriptor keeps working."""
+    path = writer.path / "nlink.txt"
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, b"still here")
+        assert os.fstat(fd).st_nlink == 1
+        os.unlink(path)
+        assert os.fstat(fd).st_nlink == 0
+        assert os.pread(fd, 100, 0) == b"still here"
+    finally:
+        os.close(fd)
+    (writer.path / "target.txt").write_text("old")
+    (writer.path / "source.txt").write_text("new")
+    fd = os.open(writer.path / "target.txt", os.O_RDONLY)
+    try:
+        os.rename(writer.path / "source.txt", writer.path / "target.txt")
+        assert os.fstat(fd).st_nlink == 0
+        assert (writer.path / "target.txt").stat().st_nlink == 1
+    finally:
+        os.close(fd)
+
+
+def test_a_rewritten_file_keeps_only_its_current_blocks_cached(writer):
+    """fsx rewrote a 156 KiB file 20,000 times and left 1342 block files (294 MiB) of old revs in
+    the disk cache. Each rewrite commits a new rev; the old rev's blocks go, and status counts
+    exactly the block files on disk."""
+    path = writer.path / "rewritten.bin"
+    for i in range(8):
+        data = random.Random(i).randbytes(160_000)
+        with open(path, "r+b" if i else "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], capture_output=True)
+        assert path.read_bytes() == data   # read back from Dropbox: caches this rev's blocks
+    blocks = writer.path.parent / "cache" / "blocks"
+    deadline = time.monotonic() + 10
+    while True:
+        files = [p for p in blocks.rglob("*") if p.is_file()]
+        status = json.loads(subprocess.run([writer.binary, "status", "--json", str(writer.path)], capture_output=True,
+                                           text=True, timeout=30).stdout)
+        cache = status["mounts"][0]["cache"]
+        if len(files) == 1 and cache["disk_bytes"] == 160_000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [f.stat().st_size for f in files] == [160_000], files
+    assert cache["disk_bytes"] == sum(f.stat().st_size for f in files)
+    assert cache["memory_bytes"] <= 160_000
+
+
 def test_read_your_writes_before_the_upload(writer):
     writer.emu.config(latency_ms=300)
     try:
@@ -553,28 +607,37 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     assert wemu.download("/leftover.txt") == b"kept for later\n"
 
 
-def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
-    cache = tmp_path / "small-cache"
-    cache.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(cache)], capture_output=True).returncode != 0:
+@contextlib.contextmanager
+def small_disk(path, size):
+    """A tmpfs of `size` mounted at `path`, for a cache directory on a small disk; unmounted at
+    the end (callers unmount their dbxfs mount first). Skips the test when it cannot (not root)."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    try:
-        with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache, "--cache-size", "1M"), env=dropbox_env()):
-            with pytest.raises(OSError) as err:
-                with open(mnt / "too-big.bin", "wb") as f:
-                    for _ in range(16):
-                        f.write(b"\1" * (1 << 20))
-            assert err.value.errno == errno.ENOSPC
-            # Small files still work once space is back.
-            (mnt / "too-big.bin").unlink()
-            (mnt / "small.txt").write_text("fits\n")
-            subprocess.run([dbxfs_binary, "sync", str(mnt)], check=True, capture_output=True, timeout=60)
-        assert wemu.download("/small.txt") == b"fits\n"
-    finally:
-        force_unmount(str(mnt))
-        subprocess.run(["umount", "-l", str(cache)], capture_output=True)
+    with small_disk(tmp_path / "small-cache", "6m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache, "--cache-size", "1M"), env=dropbox_env()):
+                with pytest.raises(OSError) as err:
+                    with open(mnt / "too-big.bin", "wb") as f:
+                        for _ in range(16):
+                            f.write(b"\1" * (1 << 20))
+                assert err.value.errno == errno.ENOSPC
+                # Small files still work once space is back.
+                (mnt / "too-big.bin").unlink()
+                (mnt / "small.txt").write_text("fits\n")
+                subprocess.run([dbxfs_binary, "sync", str(mnt)], check=True, capture_output=True, timeout=60)
+            assert wemu.download("/small.txt") == b"fits\n"
+        finally:
+            force_unmount(str(mnt))
 
 
 def test_insufficient_space_stays_journaled_and_shows_at_fsync(writer):
@@ -621,3 +684,69 @@ def test_a_burst_of_small_files_costs_one_call_each_plus_the_batch_commit(writer
     assert sessions + uploads == 30, calls
     assert calls.get("files/upload_session/append_v2", 0) == 0, calls
     assert calls.get("files/upload_session/finish_batch_v2", 0) <= 3, calls
+
+
+def test_a_file_over_quota_reads_back_and_sync_retries_it_once_space_is_freed(writer, tmp_path):
+    """Issue 12: `cp` of a file bigger than the free quota succeeds (close never waits for
+    Dropbox) and sync names it; reading it back (cat, cp from the mount) must never fail with
+    its upload's error; and once space is freed, `dbxfs sync` retries at once, not after the
+    60 s retry delay of a hard failure."""
+    used = sum(e["size"] for e in remote_files(writer.emu, "").values())
+    data = random.Random(11).randbytes(10 << 20)
+    source = tmp_path / "q10.bin"
+    source.write_bytes(data)
+    writer.emu.config(quota=used + (5 << 20))
+    try:
+        subprocess.run(["cp", str(source), str(writer.path) + "/"], check=True, timeout=60)
+        sync = subprocess.run([writer.binary, "sync", str(writer.path)], capture_output=True, text=True, timeout=120)
+        assert sync.returncode == 1 and "q10.bin" in sync.stderr, sync.stdout + sync.stderr
+        cat = subprocess.run(["cat", str(writer.path / "q10.bin")], capture_output=True, timeout=60)
+        assert cat.returncode == 0, cat.stderr
+        assert cat.stdout == data
+        copied = tmp_path / "copied.bin"
+        cp = subprocess.run(["cp", str(writer.path / "q10.bin"), str(copied)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        assert copied.read_bytes() == data
+    finally:
+        writer.emu.config(quota=0)
+    sync = subprocess.run([writer.binary, "sync", "--timeout", "40", str(writer.path)], capture_output=True, text=True,
+                          timeout=120)
+    assert sync.returncode == 0, sync.stdout + sync.stderr + writer.mount.read_log()
+    assert writer.emu.download("/q10.bin") == data
+
+
+def test_a_full_cache_disk_never_leaves_a_file_that_sync_calls_uploaded(dbxfs_binary, wemu, tmp_path):
+    """Issue 12: the cache directory on a 30 MiB tmpfs, `cp 40M.bin M/`: cp gets ENOSPC and the
+    partial file stays, as on a local disk. Its close could not be journaled (SQLite finds the
+    disk full too), so the file is held: status and sync report it as failed, sync never says
+    everything is on Dropbox. Once the disk has room, sync journals and uploads it as the
+    writer left it (docs/SEMANTICS.md, "Writing")."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    source = tmp_path / "40M.bin"
+    source.write_bytes(random.Random(12).randbytes(40 << 20))
+    with small_disk(tmp_path / "tiny-cache", "30m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache), env=dropbox_env()) as m:
+                cp = subprocess.run(["cp", str(source), str(mnt) + "/"], capture_output=True, text=True, timeout=120)
+                assert cp.returncode != 0 and "No space left on device" in cp.stderr, cp.stderr
+                left = (mnt / "40M.bin").read_bytes()
+                assert 0 < len(left) < 40 << 20 and source.read_bytes().startswith(left)
+                status = subprocess.run([dbxfs_binary, "status", str(mnt)], capture_output=True, text=True, timeout=30).stdout
+                line = next(line for line in status.splitlines() if "/40M.bin" in line)
+                assert "failed" in line and "open for writing" not in line and "writing" not in line, status
+                sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
+                                      timeout=120)
+                assert sync.returncode == 1, sync.stdout + sync.stderr + m.read_log()
+                assert "/40M.bin" in sync.stderr and "journal" in sync.stderr, sync.stderr
+                # Room again: sync journals it and uploads what the writer left.
+                subprocess.run(["mount", "-o", "remount,size=200m", str(cache)], check=True)
+                sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
+                                      timeout=120)
+                assert sync.returncode == 0, sync.stdout + sync.stderr + m.read_log()
+                uploaded = wemu.download("/40M.bin")
+                assert uploaded == left, f"uploaded {len(uploaded)} bytes, the mount showed {len(left)}"
+                (mnt / "40M.bin").unlink()
+        finally:
+            force_unmount(str(mnt))
+

@@ -204,6 +204,7 @@ extension WriteBackEngine {
                     }
                     files[job.key] = nil
                     stagingArea.remove(name: record.staging)
+                    retryFailedClosesSoon()
                 } catch {
                     // Keep everything; the next attempt finds our bytes on Dropbox and ends here again.
                     WriteBackLog.error("committed \(record.path) but cannot update the journal: \(error)")
@@ -230,12 +231,16 @@ extension WriteBackEngine {
         }
     }
 
-    /// If `hash` is one we sent for this file earlier without hearing the outcome, re-queues the
-    /// job based on `rev` (lock taken here) and returns true.
+    /// If the remote version (`hash`, `rev`) is our own (bytes we sent without hearing the outcome,
+    /// or a rev our own commit made), re-queues the job based on `rev` (lock taken here) and
+    /// returns true.
     private func rebaseOnOwnEarlierCommit(_ job: UploadJob, hash: String, rev: String) -> Bool {
         condition.lock(); defer { condition.unlock() }
+        // Ours: bytes we sent and never heard back about, or a rev one of our own commits made
+        // (the base this job was given predates that commit).
+        let ownRevision = revisionsAfterCommit[job.key]?.contains { $0.to == rev } ?? false
         guard isCurrent(job), let dirty = files[job.key], var record = dirty.record,
-              record.sentHashes.contains(hash), record.base != .revision(rev) else { return false }
+              record.sentHashes.contains(hash) || ownRevision, record.base != .revision(rev) else { return false }
         defer { finishLocked(job) }
         WriteBackLog.info("\(record.path): an earlier upload of ours landed unseen (rev \(rev)); committing over it")
         record.base = .revision(rev)
@@ -269,6 +274,7 @@ extension WriteBackEngine {
         guard isCurrent(job), let dirty = files[job.key], var record = dirty.record else { return }
         if dirty.conflictIndex >= 20 {
             dirty.hardError = .conflict(reason)
+            dirty.failedAt = Date()
             record.state = .failed
             record.lastError = "no free conflicted-copy name (\(reason))"
             dirty.notBefore = Date().addingTimeInterval(configuration.hardFailureRetryDelay)
@@ -312,6 +318,7 @@ extension WriteBackEngine {
             if !outcomeUnknown { record.state = record.sessionID == nil ? .pending : .uploading }
         case .hold, .conflict:
             dirty.hardError = error
+            dirty.failedAt = now
             dirty.notBefore = now.addingTimeInterval(configuration.hardFailureRetryDelay)
             record.state = .failed
         case .refuse:

@@ -81,17 +81,33 @@ public final class StagingFile: Sendable {
 
     /// Writes all of `data` at `offset`, extending the file as needed. ENOSPC/EDQUOT → `.noSpace`.
     public func write(at offset: UInt64, _ data: UnsafeRawBufferPointer) throws(Errno) {
+        if let failure = writeUpTo(at: offset, data).failure { throw failure }
+    }
+
+    /// Writes as much of `data` as goes in, as write(2) does: a disk that fills up part way
+    /// gives a short count (so the file's size and what the writer was told agree); an error
+    /// before any byte went in is thrown.
+    public func writePrefix(at offset: UInt64, _ data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        let (done, failure) = writeUpTo(at: offset, data)
+        if let failure, done == 0 { throw failure }
+        return done
+    }
+
+    private func writeUpTo(at offset: UInt64, _ data: UnsafeRawBufferPointer) -> (done: Int, failure: Errno?) {
         var done = 0
+        var failure: Errno?
         while done < data.count {
             let n = pwrite(fd, data.baseAddress! + done, data.count - done, off_t(offset) + off_t(done))
             if n < 0 {
                 if errno == EINTR { continue }
-                throw Self.classify(errno)
+                failure = Self.classify(errno)
+                break
             }
             done += n
         }
         // After the bytes are in: a hash read that raced this write is caught by the next take.
-        noteChange(at: offset)
+        if done > 0 || failure == nil { noteChange(at: offset) }
+        return (done, failure)
     }
 
     /// The lowest offset changed since the previous call, and starts a new period.

@@ -49,6 +49,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     var urgentThrough: UInt64 = 0
     /// No fsync or sync waits past this (set when the daemon starts to stop).
     var waitersDeadline = Date.distantFuture
+    /// Some close could not be journaled (FailedCloses.swift); cleared once a pass finds none.
+    var closesToRetry = false
     var recentErrors: [UploadErrorReport] = []
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
@@ -120,6 +122,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             }
             dirty.writing = true
             dirty.hardError = nil
+            dirty.closeFailure = nil
             dirty.active?.cancelled.store(true, ordering: .relaxed)
             return dirty.file
         }
@@ -136,7 +139,8 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// The last close: fsyncs the staging file, records it durably in the journal and queues the
     /// upload. Returns the generation to pass to `waitUntilCommitted`. Never waits for the network.
-    /// `clientModified` is the file's mtime (nil: now). Throws `.noSpace` if the disk is full.
+    /// `clientModified` is the file's mtime (nil: now). Throws `.noSpace` if the disk is full:
+    /// the file is then closed all the same, held and retried (FailedCloses.swift).
     ///
     /// `durable: false` is for fsync, which then waits until the bytes are on Dropbox: their
     /// durability comes from Dropbox, so the staging file and the journal row are not flushed to
@@ -144,22 +148,37 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// power cut, and an fsync that fails makes them durable with `makeDurable`).
     @discardableResult
     public func close(path: String, clientModified: Date? = nil, durable: Bool = true) throws(Errno) -> UInt64 {
-        let key = Self.key(path)
-        // The fsync runs without the lock, so uploads and other closes go on meanwhile.
         condition.lock()
-        let file = files[key]?.file
-        let firstClose = files[key]?.record == nil
+        let dirty = files[Self.key(path)]
         condition.unlock()
-        guard let file else { throw Errno.badFile }
-        let size = try file.size()
-        if durable {
-            try file.sync()
-            // A new staging file's name must survive a power cut too, not only its bytes.
-            if firstClose { stagingArea.syncDirectory() }
+        guard let dirty else { throw Errno.badFile }
+        return try journalClose(dirty, clientModified: clientModified, durable: durable)
+    }
+
+    /// The work of a close (or of its retry after a failure): fsync, then the journal row.
+    func journalClose(_ dirty: DirtyFile, clientModified: Date?, retrying: Bool = false, durable: Bool = true) throws(Errno) -> UInt64 {
+        let file = dirty.file
+        condition.lock()
+        let firstClose = dirty.record == nil
+        condition.unlock()
+        // The fsync runs without the lock, so uploads and other closes go on meanwhile.
+        let size: UInt64
+        do throws(Errno) {
+            size = try file.size()
+            if durable { try file.sync() }
+        } catch {
+            condition.lock(); defer { condition.unlock() }
+            noteCloseFailure(dirty, error, clientModified: clientModified, retrying: retrying)
+            throw error
         }
+        // A new staging file's name must survive a power cut too, not only its bytes.
+        if durable && firstClose { stagingArea.syncDirectory() }
         condition.lock(); defer { condition.unlock() }
-        guard let dirty = files[key], dirty.file === file else { throw Errno.badFile }
+        let key = Self.key(dirty.path)
+        guard files[key] === dirty else { throw Errno.badFile }
         guard !dead else { throw Errno.io }
+        // A retry finds the close journaled meanwhile, or the file written again: nothing to do.
+        if retrying && (dirty.closeFailure == nil || dirty.writing) { return dirty.record?.generation ?? 0 }
         dirty.active?.cancelled.store(true, ordering: .relaxed)
         let generation = generationCounter + 1
         var record = dirty.record ?? UploadRecord(pathKey: key, path: dirty.path, staging: dirty.file.name, base: dirty.newBase,
@@ -182,17 +201,18 @@ public final class WriteBackEngine: @unchecked Sendable {
                 try journal.save(record)
                 try journal.saveGeneration(generation)
             }
-        } catch let error as SQLiteError {
-            WriteBackLog.error("cannot journal \(path): \(error)")
-            throw Errno(error)
         } catch {
-            throw Errno.io
+            let failure = (error as? SQLiteError).map { Errno($0) } ?? .io
+            WriteBackLog.error("cannot journal \(dirty.path): \(error)")
+            noteCloseFailure(dirty, failure, clientModified: clientModified, retrying: retrying)
+            throw failure
         }
         generationCounter = generation
         dirty.record = record
         dirty.writing = false
         dirty.notBefore = .distantPast
         dirty.hardError = nil
+        dirty.closeFailure = nil
         dirty.verifyContent = false
         condition.broadcast()
         return generation
@@ -256,10 +276,13 @@ public final class WriteBackEngine: @unchecked Sendable {
             }
             condition.lock(); defer { condition.unlock() }
             discard(replaced)
+            // Our earlier commits follow the files (a move keeps their revs): a facade whose view
+            // predates one of them still writes over it, not beside it. What was at `to` is gone.
+            if fromKey != toKey {
+                forgetOwnRevisions(under: toKey)
+                moveOwnRevisions(from: fromKey, to: toKey)
+            }
             apply(moves, bases: bases)
-            // The moved files' revs come from the move (`bases`), not from our earlier commits.
-            forgetOwnRevisions(under: fromKey)
-            forgetOwnRevisions(under: toKey)
         }
     }
 
@@ -295,11 +318,14 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     // MARK: Waiting
 
-    /// The hard failure of the latest upload attempt of `path`, if any: for flush to report
-    /// (ENOSPC for insufficient space) while the file stays journaled and is retried.
-    public func failure(path: String) -> RemoteError? {
+    /// The hard failure of the latest upload attempt of `path`, or of its last close, if any: for
+    /// flush to report (ENOSPC for insufficient space or a full cache disk) while the file stays
+    /// staged and is retried.
+    public func failure(path: String) -> Errno? {
         condition.lock(); defer { condition.unlock() }
-        return files[Self.key(path)]?.hardError
+        guard let dirty = files[Self.key(path)] else { return nil }
+        if let failure = dirty.closeFailure, !dirty.writing { return failure }
+        return dirty.hardError.map { Errno($0) }
     }
 
     /// For fsync: returns once `generation` of `path` (or a later one) is committed, or the file
@@ -327,19 +353,32 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// For `dbxfs sync` and unmount: waits until every file closed before the call is committed,
     /// until every one left has failed hard, or until `deadline`. Returns what is left, with why.
-    public func waitForAll(deadline: Date) -> [PendingUpload] {
+    /// A close that could not be journaled counts as left, failed. With `retryingHeld` (sync),
+    /// files held after a hard failure are tried again at once instead of at their slow retry, and
+    /// count as failed only once that attempt failed: freeing space and syncing is enough.
+    public func waitForAll(deadline: Date, retryingHeld: Bool = false) -> [PendingUpload] {
         condition.lock(); defer { condition.unlock() }
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.
         urgentThrough = max(urgentThrough, target)
+        let asked = Date()
+        // Closed before the call too, though journaled (with a later generation) only meanwhile.
+        let heldCloses = Set(files.values.filter { $0.closeFailure != nil && !$0.writing }.map(ObjectIdentifier.init))
+        if retryingHeld {
+            for dirty in files.values where dirty.hardError != nil || dirty.closeFailure != nil { dirty.notBefore = .distantPast }
+        }
         condition.broadcast()
         while true {
             let left = files.filter { _, dirty in
+                if dirty.closeFailure != nil && !dirty.writing { return true }
                 guard let record = dirty.record else { return false }
-                return record.generation <= target && dirty.committedGeneration < record.generation
+                let closedBefore = record.generation <= target || heldCloses.contains(ObjectIdentifier(dirty))
+                return closedBefore && dirty.committedGeneration < record.generation
             }
             if left.isEmpty { return [] }
-            let stuck = left.values.allSatisfy { $0.hardError != nil && !$0.writing }
+            let stuck = left.values.allSatisfy { dirty in
+                (dirty.hardError != nil || dirty.closeFailure != nil) && !dirty.writing && (!retryingHeld || dirty.failedAt >= asked)
+            }
             if stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
                 return left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
             }
@@ -368,7 +407,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                 }
                 continue
             }
-            guard dirty.record != nil else { continue }
+            guard dirty.record != nil || dirty.closeFailure != nil else { continue }
             uploads.append(report(key, dirty))
             if let active = dirty.active {
                 let done = active.done.load(ordering: .relaxed)
@@ -395,9 +434,11 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Unmount: drains until `deadline` (if given), then stops the workers. Whatever is left stays
-    /// journaled for the next mount, and is returned (and logged, by name).
+    /// journaled for the next mount, except a close that never could be (`journaled` false), and
+    /// is returned (and logged, by name).
     @discardableResult
     public func shutdown(drainUntil deadline: Date?) -> [PendingUpload] {
+        if deadline != nil { retryHeldClosesBeforeExit() }
         let left = deadline.map { waitForAll(deadline: $0) } ?? []
         condition.lock()
         stopped = true
@@ -407,8 +448,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.unlock()
         jobPool.stop(dropQueued: true)
         chunkPool.stop(dropQueued: true)
-        for item in left {
+        for item in left where item.journaled {
             WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.path) (\(item.lastError ?? "pending"))")
+        }
+        for item in left where !item.journaled {
+            WriteBackLog.error("lost: \(item.path) was closed but its close could never be journaled (a full cache disk), so it is not kept for the next mount")
         }
         return left
     }
@@ -444,6 +488,13 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
     }
 
+    /// Moves `revisionsAfterCommit` at and under `from` to the same places under `to` (lock held).
+    func moveOwnRevisions(from: String, to: String) {
+        for old in revisionsAfterCommit.keys where old == from || old.hasPrefix(from + "/") {
+            revisionsAfterCommit[to + old.dropFirst(from.count)] = revisionsAfterCommit.removeValue(forKey: old)
+        }
+    }
+
     func keysUnder(_ key: String) -> [String] {
         files.keys.filter { $0 == key || $0.hasPrefix(key + "/") }
     }
@@ -457,6 +508,14 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     func report(_ key: String, _ dirty: DirtyFile) -> PendingUpload {
         let record = dirty.record
+        if let failure = dirty.closeFailure, !dirty.writing {
+            return PendingUpload(path: dirty.path, size: (try? dirty.file.size()) ?? record?.size ?? 0,
+                                 generation: record?.generation ?? 0, state: .failed, openForWriting: false,
+                                 attempts: record?.attempts ?? 0,
+                                 lastError: "close not journaled (\(failure), in the cache directory): uploaded once it can be; "
+                                     + "free space there, or delete the file",
+                                 journaled: false)
+        }
         return PendingUpload(path: dirty.path, size: record?.size ?? 0, generation: record?.generation ?? 0,
                              state: record?.state ?? .pending, openForWriting: dirty.writing,
                              attempts: record?.attempts ?? 0,
@@ -526,6 +585,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             if files[key] === dirty { files[key] = nil }
             revisionsAfterCommit[key] = nil
         }
+        if !doomed.isEmpty { retryFailedClosesSoon() }
         condition.broadcast()
     }
 
@@ -534,7 +594,6 @@ public final class WriteBackEngine: @unchecked Sendable {
         for move in moves {
             let oldKey = Self.key(move.dirty.path)
             if files[oldKey] === move.dirty { files[oldKey] = nil }
-            revisionsAfterCommit[oldKey] = nil
         }
         for move in moves {
             let newKey = Self.key(move.newPath)
@@ -592,11 +651,12 @@ public final class WriteBackEngine: @unchecked Sendable {
         while !stopped {
             let now = Date()
             var wake = now.addingTimeInterval(5)
+            retryFailedCloses(now: now, wake: &wake)
             if pausedUntil > now {
                 wake = min(wake, pausedUntil)
             } else {
                 let ready = files.filter { key, dirty in
-                    dirty.record != nil && !dirty.writing && dirty.active == nil && !isHeld(key)
+                    dirty.record != nil && !dirty.writing && dirty.active == nil && dirty.closeFailure == nil && !isHeld(key)
                 }.sorted { $0.value.record!.generation < $1.value.record!.generation }
                 for (key, dirty) in ready {
                     // A session streamed while the file was written counts from its start, so the
@@ -661,6 +721,12 @@ final class DirtyFile {
     var active: ActiveUpload?
     /// The latest attempt's error if it was a hard one (reported by fsync and sync).
     var hardError: RemoteError?
+    /// The last close could not be journaled: closed, held and retried (FailedCloses.swift),
+    /// with the client_modified to journal it with.
+    var closeFailure: Errno?
+    var closeModified: Date?
+    /// When `hardError` or `closeFailure` was last set (sync waits for a retry it asked for).
+    var failedAt = Date.distantPast
     var lastError: RemoteError?
     var committedGeneration: UInt64 = 0
     /// fsync waits for generations up to this one: they are sent without gathering.

@@ -57,6 +57,9 @@ public struct PendingUpload: Sendable, Equatable {
     public var openForWriting: Bool
     public var attempts: Int
     public var lastError: String?
+    /// False for a close that could not be journaled (FailedCloses.swift): not crash-safe, and
+    /// not kept for the next mount if the daemon exits first.
+    public var journaled = true
 }
 
 public struct UploadErrorReport: Sendable, Equatable {

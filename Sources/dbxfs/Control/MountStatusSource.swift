@@ -69,7 +69,7 @@ final class MountStatusSource: Sendable {
         guard let writeBack else {
             return SyncReport(mountpoint: mountpoint, ok: true, writeBack: false, waitedSeconds: 0, left: [])
         }
-        let left = writeBack.waitForAll(deadline: deadline)
+        let left = writeBack.waitForAll(deadline: deadline, retryingHeld: true)
         return SyncReport(mountpoint: mountpoint, ok: left.isEmpty, writeBack: true,
                           waitedSeconds: Date().timeIntervalSince(started), left: left.map(Self.pending))
     }

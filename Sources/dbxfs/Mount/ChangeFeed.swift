@@ -27,7 +27,11 @@ final class ChangeFeed: Sendable {
         let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: store, offline: offline,
                                     options: ChangeWatcher.Options(longpollTimeout: 30, retryDelay: 1, maxRetryDelay: 2))
         let loaded = watcher.loadPersistedTree()
-        if loaded > 0 { logger.info("loaded \(loaded) entries of saved metadata") }
+        if loaded > 0 {
+            logger.info("loaded \(loaded) entries of saved metadata")
+            // A remount shows Dropbox as it is now: the changes since the last mount first.
+            if !offline.isOffline { watcher.catchUp() }
+        }
         return ChangeFeed(watcher: watcher, store: store, loadedEntries: loaded, forwarding: sink)
     }
 

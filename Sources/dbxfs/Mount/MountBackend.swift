@@ -225,8 +225,15 @@ struct MountBackend: CustomStringConvertible {
             if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox") }
             return
         }
-        let names = left.map { "\($0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
-        logger.warning("unmounted with \(left.count) file(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+        let kept = left.filter(\.journaled), lost = left.filter { !$0.journaled }
+        if !kept.isEmpty {
+            let names = kept.map { "\($0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
+            logger.warning("unmounted with \(kept.count) file(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+        }
+        if !lost.isEmpty {
+            // Closes the full cache disk never let us journal (docs/SEMANTICS.md, "Writing").
+            logger.error("unmounted with \(lost.count) file(s) lost: their close could never be journaled (the cache directory's disk was full): \(lost.map(\.path).joined(separator: ", "))")
+        }
     }
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,

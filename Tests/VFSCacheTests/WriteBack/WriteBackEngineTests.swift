@@ -45,6 +45,26 @@ import Testing
         #expect(fixture.memory.content("/a") == bytes("a") && fixture.memory.content("/b") == bytes("b"))
     }
 
+    /// A file committed, its folder renamed, then written again by a facade that has not seen the
+    /// commit yet (its base still "new file"): our own earlier commit follows the file to its new
+    /// path, so the write updates that rev instead of conflicting with it (found by the
+    /// model-checked mount test: "f (conflicted copy)" holding the latest bytes).
+    @Test func ourOwnCommitsFollowAFolderRename() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let first = try fixture.put(engine, "/a/d/f", bytes("one"))
+        try engine.waitUntilCommitted(path: "/a/d/f", generation: first, timeout: 10)
+        try engine.rename(from: "/a", to: "/b") { () throws(Errno) -> [String: WriteBase] in
+            _ = try? fixture.memory.move(from: "/a", to: "/b")
+            return [:]
+        }
+        let second = try fixture.put(engine, "/b/d/f", bytes("two"), base: .newFile)
+        try engine.waitUntilCommitted(path: "/b/d/f", generation: second, timeout: 10)
+        #expect(fixture.memory.content("/b/d/f") == bytes("two"))
+        #expect(fixture.memory.allPaths() == ["/b", "/b/d", "/b/d/f"])
+        #expect(engine.status().conflicts.isEmpty)
+    }
+
     @Test func stagingFileServesReadsUntilCommitAndIsDeletedOnlyAfter() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.closeGate("upload")

@@ -162,6 +162,25 @@ import Testing
         #expect(engine.status().conflicts.isEmpty)
     }
 
+    /// `dbxfs sync` after space was freed: the held file is tried again at once, not after the
+    /// hard-failure delay (60 s by default), and sync waits for that attempt.
+    @Test func syncRetriesAHeldUploadAtOnce() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { operation, _ in operation == "upload" ? .insufficientSpace : nil }
+        let engine = try fixture.engine { $0.hardFailureRetryDelay = 600 }; defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/held.txt", bytes("later"))
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).map(\.state) == [.failed])
+        // Still no room: a retrying sync makes one more attempt, and reports it failed.
+        let uploads = fixture.memory.calls("upload")
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10), retryingHeld: true).map(\.state) == [.failed])
+        fixture.probe.failBefore { _, _ in nil }
+        let started = Date()
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10), retryingHeld: true).isEmpty)
+        #expect(Date().timeIntervalSince(started) < 10)
+        #expect(fixture.memory.content("/held.txt") == bytes("later"))
+        #expect(fixture.memory.calls("upload") == uploads + 1)
+    }
+
     @Test func offlineUploadsWaitAndResume() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.failBefore { _, _ in .unavailable("test: no route to host") }
