@@ -556,7 +556,7 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
 def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
     cache = tmp_path / "small-cache"
     cache.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(cache)], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=700", "tmpfs", str(cache)], capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
