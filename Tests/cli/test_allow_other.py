@@ -8,9 +8,7 @@ Each combination of docs/CLI.md's table is mounted once against an emulator of t
 so a delete that wrongly succeeds cannot take files from other tests."""
 
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,8 @@ from conftest import STATIC_TOKEN, Mount, needs_fuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from emulator import Emulator  # noqa: E402
-from local_user import throwaway_user  # noqa: E402
+from local_user import folder_others_can_reach, throwaway_user  # noqa: E402
+from mounting import force_unmount  # noqa: E402
 
 ENV = {"DBXFS_ACCESS_TOKEN": STATIC_TOKEN}
 pytestmark = needs_fuse
@@ -44,17 +43,14 @@ def other():
 
 @pytest.fixture
 def shared_mountpoint():
-    """A mountpoint the other user can reach (pytest's own temporary folders are 0700)."""
-    parent = tempfile.mkdtemp(prefix="dbxfs-allow-other-")
-    os.chmod(parent, 0o755)
-    path = Path(parent) / "mnt"
-    path.mkdir(mode=0o755)
-    try:
-        yield path
-    finally:
-        from mounting import force_unmount
-        force_unmount(path)
-        shutil.rmtree(parent, ignore_errors=True)
+    """A mountpoint the other user can reach."""
+    with folder_others_can_reach("dbxfs-allow-other-") as parent:
+        path = parent / "mnt"
+        path.mkdir(mode=0o755)
+        try:
+            yield path
+        finally:
+            force_unmount(path)
 
 
 def mounted(cli, emu, mountpoint, options):

@@ -11,10 +11,8 @@ filesystem), whose socket name the client derives from `/` and its device number
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from conftest import one_clear_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from local_user import throwaway_user  # noqa: E402
+from local_user import folder_others_can_reach, throwaway_user  # noqa: E402
 
 FAKE_DAEMON = r'''
 import json, os, socket, sys
@@ -94,11 +92,8 @@ def other():
 
 @pytest.fixture
 def scratch():
-    """A folder every user can reach (pytest's temporary folders are private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="dbxfs-trust-"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with folder_others_can_reach("dbxfs-trust-") as path:
+        yield path
 
 
 def untrusted(result, *words):

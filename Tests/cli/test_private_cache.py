@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import APP_KEY, approve, needs_fuse, one_clear_line
+from conftest import needs_fuse, one_clear_line
 from daemon_support import ENV, mount_args, stop_daemon_at
 
 pytestmark = needs_fuse
@@ -121,21 +121,7 @@ def test_a_cache_directory_others_can_write_to_is_refused(cli, emulator, tmp_pat
 
 
 def test_stored_credentials_are_private_whatever_the_umask(cli, emulator):
-    proc = subprocess.Popen([cli.binary, "auth", "--app-key", APP_KEY, "--api-base", emulator.url],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli.env, preexec_fn=lambda: os.umask(0))
-    try:
-        url = None
-        while url is None:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read()
-            if "/oauth2/authorize?" in line:
-                url = line.strip()
-        out, err = proc.communicate(approve(url) + "\n", timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+    result = cli.link(emulator, umask=0)
+    assert result.returncode == 0, result.stderr
     assert cli.credentials_path().exists()
     assert loose_modes(cli.config_dir, include_root=True) == {}

@@ -6,6 +6,9 @@ removed when the `with` block ends, even when the test failed.
     with throwaway_user() as other:
         other.run("cat", path)          # as that user (setpriv: no PAM, no login session)
         other.uid, other.gid, other.name
+
+    with folder_others_can_reach("prefix-") as folder:   # pytest's tmp_path is 0700 under root
+        ...
 """
 
 import contextlib
@@ -13,8 +16,11 @@ import grp
 import os
 import pwd
 import secrets
+import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +76,15 @@ def _group_exists(name):
         return True
     except KeyError:
         return False
+
+
+@contextlib.contextmanager
+def folder_others_can_reach(prefix):
+    """A fresh 0755 folder under /tmp (pytest's own temporary folders are private to root),
+    removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(path, 0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
