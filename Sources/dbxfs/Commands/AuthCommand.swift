@@ -83,15 +83,11 @@ enum AuthCommand {
         guard CredentialStore.isValidProfileName(options.profile) else {
             throw OptionScanner.UsageError(description: "invalid profile name '\(options.profile)' (letters, digits, '.', '_', '-')")
         }
-        // The config file's api_base was checked when it was read.
-        if let base = options.apiBase, let problem = APIBase.problem(base) {
-            throw OptionScanner.UsageError(description: "--api-base \(problem)")
+        do throws(APIBase.Refused) {
+            options.apiBase = try APIBase.chosen(option: options.apiBase, configured: config["api_base"], environment: environment)
+        } catch {
+            throw OptionScanner.UsageError(description: error.description)
         }
-        if options.apiBase == nil && config["api_base"] == nil, let base = environment["DBXFS_API_BASE"].flatMap({ $0.isEmpty ? nil : $0 }),
-           let problem = APIBase.problem(base) {
-            throw OptionScanner.UsageError(description: "DBXFS_API_BASE \(problem)")
-        }
-        options.apiBase = options.apiBase ?? config["api_base"] ?? environment["DBXFS_API_BASE"].flatMap { $0.isEmpty ? nil : $0 }
         options.caFile = options.caFile.map { PathArgument.absolute($0) } ?? config["ca_file"]
         return options
     }

@@ -3,7 +3,7 @@
 /// passed through to libfuse and the kernel (ro, allow_other, default_permissions, ...).
 /// `allow_other` (and `allow_root`) bring `default_permissions` with them: once other users may
 /// enter the mount, the kernel must check the modes dbxfs shows, or `umask=077` would only look
-/// private (docs/CLI.md, "Who can use a mount").
+/// private (docs/SEMANTICS.md, "Who can use a mount").
 /// Path options are made absolute here (PathArgument): the daemon later moves to `/`.
 import Foundation
 import VFSCache
@@ -170,12 +170,9 @@ struct MountOptions: Sendable {
                              : "too many arguments: \(positional.joined(separator: " "))")
         }
         options.mountpoint = positional[0]
-        if let base = options.apiBase {
-            if let problem = APIBase.problem(base) { throw UsageError(description: "--api-base \(problem)") }
-        } else if let base = environment["DBXFS_API_BASE"].flatMap({ $0.isEmpty ? nil : $0 }) {
-            if let problem = APIBase.problem(base) { throw UsageError(description: "DBXFS_API_BASE \(problem)") }
-            options.apiBase = base
-        }
+        // The config file's api_base comes as an --api-base before the user's own.
+        do throws(APIBase.Refused) { options.apiBase = try APIBase.chosen(option: options.apiBase, environment: environment) }
+        catch { throw UsageError(description: error.description) }
         if options.tokenFile == nil, let token = environment["DBXFS_ACCESS_TOKEN"], !token.isEmpty {
             options.token = token
         }

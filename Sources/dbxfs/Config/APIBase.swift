@@ -8,6 +8,21 @@ import DropboxRemote
 import Foundation
 
 enum APIBase {
+    struct Refused: Error, CustomStringConvertible { var description: String }
+
+    /// The base a command uses: `option` (`--api-base`), else `configured` (`api_base`, checked
+    /// when the config file was read), else `$DBXFS_API_BASE`; nil for the real Dropbox.
+    static func chosen(option: String?, configured: String? = nil, environment: [String: String]) throws(Refused) -> String? {
+        if let option {
+            if let problem = problem(option) { throw Refused(description: "--api-base \(problem)") }
+            return option
+        }
+        if let configured { return configured }
+        guard let base = environment["DBXFS_API_BASE"], !base.isEmpty else { return nil }
+        if let problem = problem(base) { throw Refused(description: "DBXFS_API_BASE \(problem)") }
+        return base
+    }
+
     /// Why `base` cannot be used, as the rest of a sentence that starts with where it came from
     /// ("--api-base 'x' is ..."); nil when it can.
     static func problem(_ base: String) -> String? {

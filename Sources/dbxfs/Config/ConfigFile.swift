@@ -1,7 +1,7 @@
 /// The config file (`$XDG_CONFIG_HOME/dbxfs/config`, or `$DBXFS_CONFIG`): defaults for the
 /// command line, one `key = value` per line. `#` starts a comment line; blank lines are ignored;
 /// values may be quoted with "..." (to keep leading/trailing spaces). Keys are documented in
-/// docs/CONFIG.md and the man page.
+/// docs/CLI.md and the man page.
 ///
 /// A missing file is an empty config. An unknown key, a bad value or an unbalanced quote is an
 /// error naming the file and the line, so a typo never silently does nothing.
