@@ -158,12 +158,21 @@ public struct ListFolderResult: Sendable, Equatable {
     public var entries: [Metadata]
     public var cursor: String
     public var hasMore: Bool
+    /// Entries left out of `entries` because no folder can hold their name (EntryNames.swift).
+    public var refused: [RefusedEntry] = []
 
     public init(json: JSON) throws(DropboxError) {
         guard let entries = json["entries"]?.array else { throw .unexpectedResponse("listing without entries") }
         var decoded: [Metadata] = []
         decoded.reserveCapacity(entries.count)
-        for entry in entries { decoded.append(try Metadata(json: entry)) }
+        for entry in entries {
+            let metadata = try Metadata(json: entry)
+            if let reason = metadata.unusableNameReason {
+                refused.append(RefusedEntry(name: metadata.name, path: metadata.pathDisplay ?? metadata.pathLower ?? "", reason: reason))
+            } else {
+                decoded.append(metadata)
+            }
+        }
         self.entries = decoded
         cursor = try json.required("cursor")
         hasMore = json["has_more"]?.bool ?? false

@@ -36,9 +36,25 @@ extension DropboxClient {
         if let redirectURI { items.append(URLQueryItem(name: "redirect_uri", value: redirectURI)) }
         if let state { items.append(URLQueryItem(name: "state", value: state)) }
         if !scopes.isEmpty { items.append(URLQueryItem(name: "scope", value: scopes.joined(separator: " "))) }
-        var components = URLComponents(string: configuration.endpoints.authorizeURL)!
-        components.queryItems = items
-        return components.url!.absoluteString
+        // Every value percent-encoded but RFC 3986's unreserved characters: URLComponents would
+        // leave ':' and '/' of the redirect_uri as they are, which some parsers take apart.
+        let query = items.map { "\($0.name)=\(Self.queryValue($0.value ?? ""))" }.joined(separator: "&")
+        return configuration.endpoints.authorizeURL + "?" + query
+    }
+
+    private static func queryValue(_ value: String) -> String {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
+    }
+
+    /// Whether the API host answers at all: one bare request to the token endpoint, which any
+    /// server answers (400, missing grant) without side effects. `dbxfs auth` asks before it
+    /// sends the user to a browser for a code it could not exchange. Throws the transport error.
+    public func checkReachable() throws(DropboxError) {
+        let request = HTTPRequest(url: configuration.endpoints.tokenURL,
+                                  headers: ["Content-Type: application/x-www-form-urlencoded"],
+                                  body: .data(Data()), totalTimeout: nil)
+        if case .failure(let error) = transport.perform(request) { throw error }
     }
 
     /// Exchanges an authorization code (PKCE) for tokens.

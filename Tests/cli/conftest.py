@@ -89,14 +89,16 @@ class CLI:
         return subprocess.run([self.binary, *args], input=input, capture_output=True, text=True,
                               timeout=timeout, env=dict(self.env, **(env or {})))
 
-    def link(self, emulator, profile="default", extra=()):
+    def link(self, emulator, profile="default", extra=(), umask=None):
         """`dbxfs auth` the way a user does it: read the URL it prints, approve it in the
-        "browser" (the emulator's approve=1 automation), paste the code on stdin."""
+        "browser" (the emulator's approve=1 automation), paste the code on stdin. `umask`: the
+        one dbxfs runs with (default: the test's)."""
         args = [self.binary, "auth", "--app-key", APP_KEY, "--api-base", emulator.url, *extra]
         if profile != "default":
             args += ["--profile", profile]
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=self.env)
+                                text=True, env=self.env,
+                                preexec_fn=None if umask is None else (lambda: os.umask(umask)))
         printed = []
         try:
             url = None

@@ -95,6 +95,9 @@ def test_redirect_flow_on_loopback(cli, emulator):
             url = match.group(1) if match else None
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
         assert query["redirect_uri"][0].startswith("http://127.0.0.1:")
+        # Percent-encoded in the URL itself (RFC 3986: ':' and '/' are reserved), issue 14.
+        raw = dict(item.split("=", 1) for item in urllib.parse.urlsplit(url).query.split("&"))
+        assert re.fullmatch(r"http%3A%2F%2F127\.0\.0\.1%3A\d+%2F", raw["redirect_uri"]), raw["redirect_uri"]
         assert query["state"][0]
         # The "browser": approve, follow the 302 to dbxfs's loopback listener.
         with urllib.request.urlopen(url + "&approve=1", timeout=30) as response:

@@ -72,7 +72,8 @@ class FakeDaemon:
                         break
                     data += chunk
                 self.requests.append(json.loads(data))
-                conn.sendall(json.dumps(self.answer).encode() + b"\n")
+                # A real daemon names itself: the client checks that pid is the socket's peer.
+                conn.sendall(json.dumps(dict(self.answer, pid=os.getpid())).encode() + b"\n")
 
     def close(self):
         self.server.close()
@@ -130,8 +131,9 @@ def test_a_mount_without_write_back_says_so(cli):
 
 
 def test_a_daemon_that_is_unmounted_or_lazily_unmounted_says_so(cli):
-    for state, expected in (("unmounted", "state     unmounted; pid 4242 finishes its uploads, then exits"),
-                            ("detached", "state     lazily unmounted; pid 4242 still serves the files open there")):
+    pid = os.getpid()
+    for state, expected in (("unmounted", f"state     unmounted; pid {pid} finishes its uploads, then exits"),
+                            ("detached", f"state     lazily unmounted; pid {pid} still serves the files open there")):
         fake = FakeDaemon(cli.runtime / "dbxfs", dict(REPORT, state=state))
         try:
             result = cli.run("status")

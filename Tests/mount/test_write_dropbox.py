@@ -609,10 +609,11 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
 
 @contextlib.contextmanager
 def small_disk(path, size):
-    """A tmpfs of `size` mounted at `path`, for a cache directory on a small disk; unmounted at
-    the end (callers unmount their dbxfs mount first). Skips the test when it cannot (not root)."""
+    """A tmpfs of `size` mounted at `path` (mode 0700: a cache directory others can write to is
+    refused), for a cache directory on a small disk; unmounted at the end (callers unmount their
+    dbxfs mount first). Skips the test when it cannot (not root)."""
     path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=700", "tmpfs", str(path)], capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs for the cache (needs root)")
     try:
         yield path

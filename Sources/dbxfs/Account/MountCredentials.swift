@@ -18,6 +18,8 @@ struct MountCredentials: Sendable {
     let profile: String?
     /// The second half of the line shown when the server rejects the token.
     let fixHint: String
+    /// The profile's file, nil for a bare token (named when what it holds is refused).
+    var storedFile: String? = nil
 
     static func resolve(tokenFile: String?, environmentToken: String?, profile: String?,
                         store: CredentialStore = CredentialStore(), logger: Logger) throws(Failure) -> MountCredentials {
@@ -44,7 +46,8 @@ struct MountCredentials: Sendable {
         let provider = TokenProvider(token: stored.oauthToken, appKey: stored.appKey,
                                      persist: { token in persist(token, profile: name, store: store, logger: logger) })
         return MountCredentials(tokens: provider, apiBase: stored.apiBase, profile: name,
-                                fixHint: "the stored authorization may have been revoked or expired; run '\(again)' again")
+                                fixHint: "the stored authorization may have been revoked or expired; run '\(again)' again",
+                                storedFile: store.path(profile: name))
     }
 
     /// Writes a refreshed token back into the profile's file (re-read first, so a concurrent

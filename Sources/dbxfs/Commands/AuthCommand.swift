@@ -83,8 +83,12 @@ enum AuthCommand {
         guard CredentialStore.isValidProfileName(options.profile) else {
             throw OptionScanner.UsageError(description: "invalid profile name '\(options.profile)' (letters, digits, '.', '_', '-')")
         }
-        options.apiBase = options.apiBase ?? config["api_base"] ?? environment["DBXFS_API_BASE"].flatMap { $0.isEmpty ? nil : $0 }
-        options.caFile = options.caFile ?? config["ca_file"]
+        do throws(APIBase.Refused) {
+            options.apiBase = try APIBase.chosen(option: options.apiBase, configured: config["api_base"], environment: environment)
+        } catch {
+            throw OptionScanner.UsageError(description: error.description)
+        }
+        options.caFile = options.caFile.map { PathArgument.absolute($0) } ?? config["ca_file"]
         return options
     }
 
@@ -122,6 +126,9 @@ enum AuthCommand {
         let configuration = ClientConfiguration(endpoints: ServerMessages.endpoints(options.apiBase), extraCAFile: options.caFile,
                                                 connectTimeout: 10, retryPolicy: RetryPolicy(maxAttempts: 3))
         let unauthenticated = DropboxClient(configuration: configuration, tokens: nil)
+        // Before the user is sent to a browser for a code: a code this server cannot take is
+        // wasted, and a wrong --api-base or a dead network should say so at once.
+        do { try unauthenticated.checkReachable() } catch { throw Failure(description: ServerMessages.describe(error, server: server)) }
         let pkce = PKCE()
 
         let code: String
@@ -200,6 +207,8 @@ enum AuthCommand {
     /// A re-link replaces the profile's tokens; the old ones would otherwise stay valid on the
     /// server with nobody holding them. Best effort: a failure changes nothing for the new link.
     private static func revokeQuietly(_ old: StoredCredentials, caFile: String?) {
+        // Never send a token where it would cross the network in clear.
+        if old.apiBase.flatMap(APIBase.problem) != nil { return }
         let configuration = ClientConfiguration(endpoints: ServerMessages.endpoints(old.apiBase), extraCAFile: caFile,
                                                 connectTimeout: 5, retryPolicy: RetryPolicy(maxAttempts: 2))
         let client = DropboxClient(configuration: configuration, tokens: TokenProvider(token: old.oauthToken, appKey: old.appKey))

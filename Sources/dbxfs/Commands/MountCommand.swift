@@ -9,6 +9,10 @@ import VFSCache
 
 enum MountCommand {
     static func run(_ arguments: [String]) -> Int32 {
+        // Everything the mount creates (cache files, staging copies of file contents, the log, the
+        // index beside the cache directories) is its user's alone, whatever umask it was started
+        // with (docs/SEMANTICS.md, "Who can read what"). Modes shown on the mount do not depend on it.
+        umask(0o077)
         // The config file's defaults go first, so the command line overrides them.
         let config: ConfigFile
         do { config = try ConfigFile.load() } catch {
@@ -25,6 +29,11 @@ enum MountCommand {
         if options.showHelp {
             print(Subcommand.overview)
             return 0
+        }
+        // Before anything is created or forked: an option libfuse refuses is bad usage.
+        if let problem = FuseOptionCheck.problem(mountOptions: fuseOptions(options), debug: options.debug) {
+            printError(problem)
+            return 2
         }
         let mountpoint: String
         do {

@@ -1,6 +1,10 @@
 /// The mount command's options, parsed from the command line and the environment.
 /// `-o` options are split into the ones dbxfs applies itself (uid=, gid=, umask=) and the ones
 /// passed through to libfuse and the kernel (ro, allow_other, default_permissions, ...).
+/// `allow_other` (and `allow_root`) bring `default_permissions` with them: once other users may
+/// enter the mount, the kernel must check the modes dbxfs shows, or `umask=077` would only look
+/// private (docs/SEMANTICS.md, "Who can use a mount").
+/// Path options are made absolute here (PathArgument): the daemon later moves to `/`.
 import Foundation
 import VFSCache
 
@@ -118,14 +122,14 @@ struct MountOptions: Sendable {
             case "--api-base": options.apiBase = try value(for: name, inline: inline)
             case "--root": options.root = try value(for: name, inline: inline)
             case "--member-folder": options.memberFolder = true
-            case "--token-file": options.tokenFile = try value(for: name, inline: inline)
+            case "--token-file": options.tokenFile = PathArgument.absolute(try value(for: name, inline: inline))
             case "--profile":
                 let raw = try value(for: name, inline: inline)
                 guard CredentialStore.isValidProfileName(raw) else {
                     throw UsageError(description: "invalid profile name '\(raw)' (letters, digits, '.', '_', '-')")
                 }
                 options.profile = raw
-            case "--cache-dir": options.cacheDirectory = try value(for: name, inline: inline)
+            case "--cache-dir": options.cacheDirectory = PathArgument.absolute(try value(for: name, inline: inline))
             case "--wait-for-cache":
                 guard inline == nil else { throw UsageError(description: "option --wait-for-cache takes no value") }
                 options.waitForCache = true
@@ -133,9 +137,9 @@ struct MountOptions: Sendable {
                 let raw = try value(for: name, inline: inline)
                 do throws(ByteSize.Invalid) { options.cacheSize = try ByteSize.parse(raw) }
                 catch { throw UsageError(description: error.description) }
-            case "--ca-file": options.caFile = try value(for: name, inline: inline)
+            case "--ca-file": options.caFile = PathArgument.absolute(try value(for: name, inline: inline))
             case "--log-level": options.logLevel = try value(for: name, inline: inline)
-            case "--log-file": options.logFile = try value(for: name, inline: inline)
+            case "--log-file": options.logFile = PathArgument.absolute(try value(for: name, inline: inline))
             case "--backend":
                 // Hidden: `memory` mounts an in-memory stand-in to test the FUSE glue alone.
                 let raw = try value(for: name, inline: inline)
@@ -166,7 +170,9 @@ struct MountOptions: Sendable {
                              : "too many arguments: \(positional.joined(separator: " "))")
         }
         options.mountpoint = positional[0]
-        if options.apiBase == nil { options.apiBase = environment["DBXFS_API_BASE"] }
+        // The config file's api_base comes as an --api-base before the user's own.
+        do throws(APIBase.Refused) { options.apiBase = try APIBase.chosen(option: options.apiBase, environment: environment) }
+        catch { throw UsageError(description: error.description) }
         if options.tokenFile == nil, let token = environment["DBXFS_ACCESS_TOKEN"], !token.isEmpty {
             options.token = token
         }
@@ -174,6 +180,10 @@ struct MountOptions: Sendable {
             throw UsageError(description: "unknown log level '\(options.logLevel)' (error, warning, info, debug)")
         }
         options.root = try normalizedRoot(options.root)
+        if options.fuseOptions.contains(where: { $0 == "allow_other" || $0 == "allow_root" }),
+           !options.fuseOptions.contains("default_permissions") {
+            options.fuseOptions.append("default_permissions")
+        }
         return options
     }
 

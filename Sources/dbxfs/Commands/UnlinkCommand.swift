@@ -41,7 +41,7 @@ enum UnlinkCommand {
                     switch name {
                     case "-h", "--help": help = true
                     case "--profile": profile = try scanner.value(for: name, inline: inline)
-                    case "--ca-file": caFile = try scanner.value(for: name, inline: inline)
+                    case "--ca-file": caFile = PathArgument.absolute(try scanner.value(for: name, inline: inline))
                     default: throw scanner.unknown(name)
                     }
                 }
@@ -75,14 +75,20 @@ enum UnlinkCommand {
                                                 extraCAFile: caFile ?? config["ca_file"], connectTimeout: 5,
                                                 retryPolicy: RetryPolicy(maxAttempts: 2))
         let client = DropboxClient(configuration: configuration, tokens: TokenProvider(token: stored.oauthToken, appKey: stored.appKey))
+        let notRevoked = "the authorization was not revoked on the server (remove the app under Settings > Connected apps on dropbox.com)"
         var warning: String?
-        do {
-            try client.revokeToken()
-        } catch {
-            if case .auth = error {
-                // Already revoked or expired for good: nothing left to revoke on the server.
-            } else {
-                warning = "\(ServerMessages.describe(error, server: server)); the authorization was not revoked on the server (remove the app under Settings > Connected apps on dropbox.com)"
+        if let problem = stored.apiBase.flatMap(APIBase.problem) {
+            // Sending the token there would expose it: it is only forgotten here.
+            warning = "the stored api_base \(problem); \(notRevoked)"
+        } else {
+            do {
+                try client.revokeToken()
+            } catch {
+                if case .auth = error {
+                    // Already revoked or expired for good: nothing left to revoke on the server.
+                } else {
+                    warning = "\(ServerMessages.describe(error, server: server)); \(notRevoked)"
+                }
             }
         }
         do { try store.delete(profile: name) } catch {

@@ -1,11 +1,16 @@
 /// The config file (`$XDG_CONFIG_HOME/dbxfs/config`, or `$DBXFS_CONFIG`): defaults for the
 /// command line, one `key = value` per line. `#` starts a comment line; blank lines are ignored;
 /// values may be quoted with "..." (to keep leading/trailing spaces). Keys are documented in
-/// docs/CONFIG.md and the man page.
+/// docs/CLI.md and the man page.
 ///
-/// A missing file is an empty config. An unknown key or a bad value is an error naming the file
-/// and the line, so a typo never silently does nothing.
+/// A missing file is an empty config. An unknown key, a bad value or an unbalanced quote is an
+/// error naming the file and the line, so a typo never silently does nothing.
+///
+/// Paths (`ca_file`, `cache_dir`, `log_file`) may start with `~/` (the home directory); a relative
+/// one is relative to the config file's own folder, not to wherever dbxfs happens to be started:
+/// the daemon moves to `/` once detached, so every path is made absolute here, before that.
 import Foundation
+import VFSCache
 
 struct ConfigFile: Sendable {
     struct Invalid: Error, CustomStringConvertible { var description: String }
@@ -18,6 +23,8 @@ struct ConfigFile: Sendable {
     ]
     /// Keys that are not mount options.
     static let otherKeys: Set<String> = ["app_key", "mount_options", "sync_timeout"]
+    /// Keys whose values are paths, made absolute when the file is read.
+    static let pathKeys: Set<String> = ["ca_file", "cache_dir", "log_file"]
 
     /// The path it was read from (for messages).
     let path: String
@@ -27,7 +34,7 @@ struct ConfigFile: Sendable {
     subscript(key: String) -> String? { values[key] }
 
     static func load(paths: XDGPaths = XDGPaths()) throws(Invalid) -> ConfigFile {
-        let path = paths.configFile
+        let path = PathArgument.absolute(paths.configFile)
         guard FileManager.default.fileExists(atPath: path) else { return ConfigFile(path: path) }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw Invalid(description: "cannot read the config file \(path)")
@@ -35,11 +42,12 @@ struct ConfigFile: Sendable {
         guard let text = String(data: data, encoding: .utf8) else {
             throw Invalid(description: "the config file \(path) is not UTF-8")
         }
-        return try parse(text, path: path)
+        return try parse(text, path: path, home: paths.home)
     }
 
-    static func parse(_ text: String, path: String) throws(Invalid) -> ConfigFile {
+    static func parse(_ text: String, path: String, home: String = XDGPaths().home) throws(Invalid) -> ConfigFile {
         var config = ConfigFile(path: path)
+        let folder = (path as NSString).deletingLastPathComponent
         for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = rawLine.trimmingCharacters(in: .whitespaces)
             if line.isEmpty || line.hasPrefix("#") { continue }
@@ -49,11 +57,17 @@ struct ConfigFile: Sendable {
             }
             let key = line[..<equals].trimmingCharacters(in: .whitespaces).replacingOccurrences(of: "-", with: "_")
             var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
-            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
+            let opens = value.hasPrefix("\""), closes = value.count >= 2 && value.hasSuffix("\"")
+            if opens && closes {
+                value = String(value.dropFirst().dropLast())
+            } else if opens || value.hasSuffix("\"") {
+                throw Invalid(description: "\(at): unbalanced quote in \(value) (put \" at both ends of the value, or at neither)")
+            }
             guard mountOptionKeys[key] != nil || otherKeys.contains(key) else {
                 throw Invalid(description: "\(at): unknown key '\(key)' (see man dbxfs, FILES)")
             }
             try validate(key: key, value: value, at: at)
+            if pathKeys.contains(key) { value = PathArgument.absolute(value, relativeTo: folder, home: home) }
             config.values[key] = value
         }
         return config
@@ -70,6 +84,14 @@ struct ConfigFile: Sendable {
             guard CredentialStore.isValidProfileName(value) else {
                 throw Invalid(description: "\(at): invalid profile name '\(value)' (letters, digits, '.', '_', '-')")
             }
+        case "log_level":
+            guard LogLevel(name: value) != nil else {
+                throw Invalid(description: "\(at): unknown log_level '\(value)' (error, warning, info, debug)")
+            }
+        case "api_base":
+            if let problem = APIBase.problem(value) { throw Invalid(description: "\(at): api_base \(problem)") }
+        case "root":
+            guard value.hasPrefix("/") else { throw Invalid(description: "\(at): root must start with '/' (got '\(value)')") }
         default:
             guard !value.isEmpty else { throw Invalid(description: "\(at): \(key) has an empty value") }
         }

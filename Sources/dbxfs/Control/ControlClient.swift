@@ -1,5 +1,6 @@
 /// The commands' side of the control channel: finds the socket of a mount (from its mountpoint,
-/// or all of them) and asks it for status or a sync.
+/// or all of them) and asks it for status or a sync, believing only the user's own daemon
+/// (ControlTrust).
 import Foundation
 
 enum ControlClient {
@@ -7,6 +8,10 @@ enum ControlClient {
         var description: String
         /// True when there is simply no live dbxfs mount there (exit status 3).
         var notMounted = false
+
+        /// A socket or an answer ControlTrust refused (exit status 1: something is there, and it
+        /// is not the user's daemon).
+        var untrusted = false
     }
 
     /// The socket of the dbxfs mount that `path` is (or is inside), by walking up from the
@@ -37,13 +42,16 @@ enum ControlClient {
         throw Failure(description: "no dbxfs mount at \(absolute)", notMounted: true)
     }
 
-    static func request<T: Decodable>(_ request: ControlRequest, socket: String, timeout: TimeInterval, as type: T.Type) throws(Failure) -> T {
+    static func request<T: Decodable & ControlAnswer>(_ request: ControlRequest, socket: String, timeout: TimeInterval,
+                                                      as type: T.Type) throws(Failure) -> T {
+        try ControlTrust.checkSocketFile(socket)
         let fd: Int32
         do { fd = try UnixSocket.connect(path: socket, timeout: timeout) } catch {
             let stale = error.code == ECONNREFUSED || error.code == ENOENT
             throw Failure(description: stale ? "the mount behind \(socket) is not running" : error.description, notMounted: stale)
         }
         defer { close(fd) }
+        let peer = try ControlTrust.checkPeer(fd, socket: socket)
         let line: Data
         do {
             let encoded = try ReportCoding.encoder().encode(request)
@@ -55,14 +63,18 @@ enum ControlClient {
             throw Failure(description: "talking to the mount: \(error)")
         }
         let decoder = ReportCoding.decoder()
-        if let value = try? decoder.decode(T.self, from: line) { return value }
+        if let value = try? decoder.decode(T.self, from: line) {
+            try ControlTrust.checkAnswer(value, peer: peer, socket: socket)
+            return value
+        }
         if let failure = try? decoder.decode(ControlErrorReply.self, from: line) {
             throw Failure(description: "the mount answered: \(failure.error)")
         }
         throw Failure(description: line.isEmpty ? "the mount closed the connection without answering" : "the mount answered something unreadable")
     }
 
-    /// Status of every live mount with a socket; stale sockets (their daemon died) are removed.
+    /// Status of every live mount with a socket; stale sockets (their daemon died) are removed,
+    /// and sockets that are not the user's daemon's are skipped with a line on stderr.
     static func allStatuses(paths: XDGPaths = XDGPaths()) -> [MountStatusReport] {
         var reports: [MountStatusReport] = []
         for socket in ControlPaths.allSockets(paths: paths) {
@@ -70,6 +82,7 @@ enum ControlClient {
                 reports.append(try request(ControlRequest(command: "status"), socket: socket, timeout: 5, as: MountStatusReport.self))
             } catch {
                 if error.notMounted { unlink(socket) }
+                if error.untrusted { printError("skipped: \(error.description)") }
             }
         }
         return reports.sorted { $0.mountpoint < $1.mountpoint }

@@ -71,7 +71,7 @@ final class ControlServer: Sendable {
 
     private func serve(_ client: Int32) {
         let me = geteuid()
-        if let peer = UnixSocket.peerUID(client), peer != me, peer != 0 {
+        if let peer = UnixSocket.peer(client)?.uid, peer != me, peer != 0 {
             logger.warning("control socket: refused a connection from uid \(peer)")
             return
         }

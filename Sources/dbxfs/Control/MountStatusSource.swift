@@ -67,11 +67,11 @@ final class MountStatusSource: Sendable {
     func sync(mountpoint: String, deadline: Date) -> SyncReport {
         let started = Date()
         guard let writeBack else {
-            return SyncReport(mountpoint: mountpoint, ok: true, writeBack: false, waitedSeconds: 0, left: [])
+            return SyncReport(mountpoint: mountpoint, ok: true, writeBack: false, waitedSeconds: 0, left: [], pid: getpid())
         }
         let left = writeBack.waitForAll(deadline: deadline, retryingHeld: true)
         return SyncReport(mountpoint: mountpoint, ok: left.isEmpty, writeBack: true,
-                          waitedSeconds: Date().timeIntervalSince(started), left: left.map(Self.pending))
+                          waitedSeconds: Date().timeIntervalSince(started), left: left.map(Self.pending), pid: getpid())
     }
 
     static func uploads(_ status: WriteBackStatus) -> UploadsReport {

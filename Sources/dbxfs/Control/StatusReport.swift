@@ -126,6 +126,9 @@ struct SyncReport: Codable, Sendable {
     var waitedSeconds: Double
     /// What is still not committed, with the last error of each (empty when ok).
     var left: [PendingReport]
+    /// The daemon that answered (the client checks it is the socket's peer: ControlTrust).
+    /// Added 2026-12-01; absent in older daemons.
+    var pid: Int32? = nil
 }
 
 /// A request on the control socket: one JSON object on one line.

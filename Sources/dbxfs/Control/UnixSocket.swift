@@ -73,13 +73,20 @@ enum UnixSocket {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
     }
 
-    /// The peer's uid (SO_PEERCRED), nil when unknown. `struct ucred` is {pid, uid, gid}, three
-    /// 32-bit fields; glibc only declares it under _GNU_SOURCE, which Swift's Glibc lacks.
-    static func peerUID(_ fd: Int32) -> uid_t? {
+    /// The process at the other end of a connected socket, as the kernel recorded it when the
+    /// connection was made (SO_PEERCRED): not something the peer can claim.
+    struct Peer: Equatable {
+        var pid: pid_t
+        var uid: uid_t
+    }
+
+    /// The peer's pid and uid, nil when unknown. `struct ucred` is {pid, uid, gid}, three 32-bit
+    /// fields; glibc only declares it under _GNU_SOURCE, which Swift's Glibc lacks.
+    static func peer(_ fd: Int32) -> Peer? {
         var fields: (Int32, UInt32, UInt32) = (0, 0, 0)
         var length = socklen_t(MemoryLayout.size(ofValue: fields))
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &fields, &length) == 0 else { return nil }
-        return fields.1
+        return Peer(pid: fields.0, uid: fields.1)
     }
 
     /// Reads up to the first newline (or EOF), at most `limit` bytes.

@@ -34,10 +34,7 @@ final class FuseSession {
     /// Creates the session; `mountOptions` are libfuse `-o` options (ro, allow_other, ...).
     init(filesystem: FuseFilesystem, mountOptions: [String], debug: Bool) throws(Failure) {
         self.filesystem = filesystem
-        var arguments = ["dbxfs"]
-        if debug { arguments.append("-d") }
-        if !mountOptions.isEmpty { arguments += ["-o", mountOptions.joined(separator: ",")] }
-        var cArguments = arguments.map { strdup($0) }
+        var cArguments = Self.arguments(mountOptions: mountOptions, debug: debug).map { strdup($0) }
         defer { cArguments.forEach { free($0) } }
         var ops = makeOperationTable()
         let userdata = Unmanaged.passUnretained(filesystem).toOpaque()
@@ -53,6 +50,14 @@ final class FuseSession {
         }
         session = created
         notifier.attach(created)
+    }
+
+    /// The argument vector libfuse parses: `-d` for debug, and the `-o` list.
+    static func arguments(mountOptions: [String], debug: Bool) -> [String] {
+        var arguments = ["dbxfs"]
+        if debug { arguments.append("-d") }
+        if !mountOptions.isEmpty { arguments += ["-o", mountOptions.joined(separator: ",")] }
+        return arguments
     }
 
     /// Mounts; with `passthrough`, also installs the hooks that let the kernel serve opens of

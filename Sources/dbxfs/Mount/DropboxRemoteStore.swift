@@ -9,6 +9,9 @@
 /// - what Dropbox allows: `sharing_info.read_only` and `is_downloadable` become the entry's
 ///   flags; a file that can neither be downloaded nor exported (no `export_info.export_as`) is
 ///   left out of listings, with one log line per file (docs/SEMANTICS.md).
+/// - names no folder can hold (`.`, `..`, empty, with `/` or NUL: DropboxRemote/EntryNames.swift)
+///   never reach the cache layer, from listings, the change feed or a single lookup; each is
+///   logged once.
 /// The client does the retries (429, 5xx, transport, token refresh), so nothing is retried here.
 import DropboxRemote
 import Foundation
@@ -23,6 +26,9 @@ final class DropboxRemoteStore: RemoteStore {
     private let log: Logger?
     /// Ids of the files already logged as hidden (a relisting must not log them again).
     private let hiddenLogged = Mutex<Set<String>>([])
+    /// Paths and names of the entries already logged as unusable (the feed repeats them). Shared
+    /// by the process's stores: the FUSE side and the change feed see the same listings.
+    private static let refusedLogged = Mutex<Set<String>>([])
 
     /// `rootLower` is the root's `path_lower` as Dropbox reported it: Dropbox lowercases (and
     /// composes, NFC) in its own way, and a root lowercased here would not match its paths, which
@@ -60,7 +66,7 @@ final class DropboxRemoteStore: RemoteStore {
     }
 
     func entry(_ metadata: Metadata) -> RemoteEntry? {
-        guard let lower = metadata.pathLower, let relativeLower = incomingLower(lower) else { return nil }
+        guard metadata.unusableNameReason == nil, let lower = metadata.pathLower, let relativeLower = incomingLower(lower) else { return nil }
         let display = incomingDisplay(metadata.pathDisplay ?? lower)
         switch metadata {
         case .file(let f):
@@ -105,10 +111,21 @@ final class DropboxRemoteStore: RemoteStore {
     }
 
     private func page(_ result: ListFolderResult) -> RemoteListPage {
-        RemoteListPage(changes: result.entries.compactMap(change), cursor: result.cursor, hasMore: result.hasMore)
+        for refused in result.refused { logUnusable(name: refused.name, path: refused.path, reason: refused.reason) }
+        return RemoteListPage(changes: result.entries.compactMap(change), cursor: result.cursor, hasMore: result.hasMore)
+    }
+
+    /// One warning per entry (by name and path) whose name no folder can hold.
+    private func logUnusable(name: String, path: String, reason: String) {
+        guard Self.refusedLogged.withLock({ $0.insert(path + "\u{0}" + name).inserted }) else { return }
+        log?.warning("not shown: the server sent the name '\(Metadata.printable(name))' at '\(Metadata.printable(path))', which no folder can hold (\(reason))")
     }
 
     private func required(_ metadata: Metadata, _ path: String) throws(RemoteError) -> RemoteEntry {
+        if let reason = metadata.unusableNameReason {
+            logUnusable(name: metadata.name, path: metadata.pathDisplay ?? "", reason: reason)
+            throw .other("\(path): the server answered with a name no folder can hold")
+        }
         guard let entry = entry(metadata) else { throw .other("\(path): the server answered with a path outside the mount root") }
         return entry
     }
@@ -119,6 +136,10 @@ final class DropboxRemoteStore: RemoteStore {
         let found: Metadata?
         do { found = try client.metadataIfExists(path: outgoing(path)) } catch { throw remoteError(error, path) }
         guard let found, !unreadable(found) else { return nil }
+        if let reason = found.unusableNameReason {
+            logUnusable(name: found.name, path: found.pathDisplay ?? path, reason: reason)
+            return nil
+        }
         return try required(found, path)
     }
 

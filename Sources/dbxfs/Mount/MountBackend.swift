@@ -50,7 +50,13 @@ struct MountBackend: CustomStringConvertible {
             throw Failure(description: error.description)
         }
         var options = options
-        options.apiBase = options.apiBase ?? credentials.apiBase
+        if options.apiBase == nil, let stored = credentials.apiBase {
+            // The profile's own base (dbxfs auth checked it, an older dbxfs may not have).
+            if let problem = APIBase.problem(stored) {
+                throw Failure(description: "the api_base stored in \(credentials.storedFile ?? "the profile") \(problem); link again with 'dbxfs auth'")
+            }
+            options.apiBase = stored
+        }
         let endpoints = options.apiBase.map { Endpoints(overridingAllWith: $0) } ?? .dropbox
         let serverName = options.apiBase ?? "Dropbox"
 
@@ -106,6 +112,7 @@ struct MountBackend: CustomStringConvertible {
         let cacheDirectory: URL
         if let offlineAt {
             cacheDirectory = offlineAt.cacheDirectory
+            do { try CacheDirectoryPrivacy.check(cacheDirectory.path) } catch { throw Failure(description: error.description) }
         } else {
             cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID, namespace: account.pathRootNamespace)
         }
@@ -117,6 +124,7 @@ struct MountBackend: CustomStringConvertible {
         } catch {
             throw Failure(description: error.description)
         }
+        CacheDirectoryPrivacy.tighten(cacheDirectory.path, logger: logger)
         if offlineAt == nil {
             OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
         }
@@ -237,7 +245,8 @@ struct MountBackend: CustomStringConvertible {
     }
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
-    /// so two accounts, or two roots of one account, never share a cache. Created 0700.
+    /// so two accounts, or two roots of one account, never share a cache. Created 0700; refused
+    /// when it is someone else's or others can write to it (CacheDirectoryPrivacy).
     private static func prepareCacheDirectory(_ options: MountOptions, accountID: String, namespace: String?) throws(Failure) -> URL {
         let path: String
         if let explicit = options.cacheDirectory {
@@ -258,6 +267,7 @@ struct MountBackend: CustomStringConvertible {
         } catch {
             throw Failure(description: "cannot create the cache directory \(path): \(error.localizedDescription)")
         }
+        do { try CacheDirectoryPrivacy.check(path) } catch { throw Failure(description: error.description) }
         guard access(path, W_OK) == 0 else { throw Failure(description: "the cache directory \(path) is not writable") }
         return URL(fileURLWithPath: path)
     }
