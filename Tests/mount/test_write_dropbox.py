@@ -587,6 +587,8 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     m.start()
     try:
         (mnt / "leftover.txt").write_text("kept for later\n")
+        # The next mount starts offline from the tree this one saves (listed in the background).
+        wait_saved_tree(tmp_path / "cache")
         wemu.config(fail_rate=1.0)      # Dropbox answers 500 to everything: nothing can land
         m.stop()
     finally:
@@ -605,6 +607,25 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     finally:
         wemu.config(fail_rate=0)
     assert wemu.download("/leftover.txt") == b"kept for later\n"
+
+
+def wait_saved_tree(cache, timeout=30):
+    """Waits until the mount using `cache` has saved its metadata tree (a cursor in
+    metadata.sqlite3), which an offline start needs."""
+    import sqlite3
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            db = sqlite3.connect(f"file:{cache / 'metadata.sqlite3'}?mode=ro", uri=True)
+            try:
+                if db.execute("SELECT value FROM state WHERE key = 'cursor'").fetchone():
+                    return
+            finally:
+                db.close()
+        except sqlite3.Error:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"no saved tree in {cache} after {timeout} s")
 
 
 @contextlib.contextmanager
