@@ -81,19 +81,20 @@ public final class ChangeWatcher: Sendable {
     public var statistics: Statistics { state.withLock { $0.statistics } }
 
     /// Loads the persisted tree into the cache, before the mount serves anything. Returns the
-    /// number of entries loaded (0: nothing usable was saved).
+    /// number of entries loaded, nil when nothing usable was saved (an empty account saves a tree
+    /// of 0 entries, which an offline start may serve).
     @discardableResult
-    public func loadPersistedTree() -> Int {
-        guard let store else { return 0 }
+    public func loadPersistedTree() -> Int? {
+        guard let store else { return nil }
         do {
-            guard let cursor = try store.cursor() else { return 0 }
+            guard let cursor = try store.cursor() else { return nil }
             let entries = try store.loadEntries()
             vfs.metadata.importTree(entries, cursor: cursor)
             state.withLock { $0.cursor = cursor; $0.needsCatchUp = true }
             return entries.count
         } catch {
             log.warning("cannot read the saved metadata in \(store.path): \(error); starting without it")
-            return 0
+            return nil
         }
     }
 

@@ -7,11 +7,12 @@ import VFSCache
 final class ChangeFeed: Sendable {
     let watcher: ChangeWatcher
     let store: MetadataStore?
-    let loadedEntries: Int
+    /// Entries of the saved tree loaded at start (nil: none was saved).
+    let loadedEntries: Int?
     /// Holds invalidations' target: the kernel notifier, known only once the session exists.
     private let forwarding: ForwardingInvalidationSink
 
-    private init(watcher: ChangeWatcher, store: MetadataStore?, loadedEntries: Int, forwarding: ForwardingInvalidationSink) {
+    private init(watcher: ChangeWatcher, store: MetadataStore?, loadedEntries: Int?, forwarding: ForwardingInvalidationSink) {
         self.watcher = watcher; self.store = store; self.loadedEntries = loadedEntries; self.forwarding = forwarding
     }
 
@@ -27,7 +28,7 @@ final class ChangeFeed: Sendable {
         let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: store, offline: offline,
                                     options: ChangeWatcher.Options(longpollTimeout: 30, retryDelay: 1, maxRetryDelay: 2))
         let loaded = watcher.loadPersistedTree()
-        if loaded > 0 {
+        if let loaded {
             logger.info("loaded \(loaded) entries of saved metadata")
             // A remount shows Dropbox as it is now: the changes since the last mount first.
             if !offline.isOffline { watcher.catchUp() }

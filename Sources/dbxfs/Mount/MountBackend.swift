@@ -162,7 +162,9 @@ struct MountBackend: CustomStringConvertible {
                                             readOnly: options.readOnly)
         let vfs = operations.filesystem as? VFS
         let feed = vfs.map { try? ChangeFeed.prepare(vfs: $0, remote: watcherRemote, offline: offline, cacheDirectory: cacheDirectory, logger: logger) } ?? nil
-        if offlineAt != nil && (feed?.loadedEntries ?? 0) == 0 {
+        if offlineAt != nil && feed?.loadedEntries == nil {
+            // Nothing to serve: stop at once (uploads stay journaled), no drain.
+            stop.begin(drainSeconds: 0)
             operations.shutdown()
             throw Failure(description: offlineAt!.reason)
         }
