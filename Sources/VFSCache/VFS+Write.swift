@@ -430,8 +430,8 @@ extension VFS {
             entry = try remote.createFolder(path: path)
         } catch {
             if case .conflict = error { throw .exists }
-            logger.warning("mkdir \(path): \(error)")
-            throw Errno(error)
+            logger.warning("mkdir \(path): \(error)\(needsDropbox(error, "making a folder"))")
+            throw Errno(namespaceChange: error)
         }
         let node = try metadata.insertRemote(entry, under: parent)
         changed = [path]
@@ -475,7 +475,8 @@ extension VFS {
             remoteChildren = page.changes.contains { if case .upsert = $0 { return true } else { return false } }
         } catch .notFound {
         } catch {
-            throw Errno(error)
+            logger.warning("rmdir \(path): \(error)\(needsDropbox(error, "deleting a folder"))")
+            throw Errno(namespaceChange: error)
         }
         if remoteChildren {
             try? metadata.ensureListed(node.ino, maxAge: 0)
@@ -541,9 +542,9 @@ extension VFS {
             } catch {
                 // A file not uploaded yet only exists here: the engine moves its bytes.
                 if case .notFound = error, !source.isDirectory { return [:] }
-                logger.warning("rename \(from) → \(to): \(error)")
+                logger.warning("rename \(from) → \(to): \(error)\(needsDropbox(error, "renaming"))")
                 if case .conflict = error { throw .exists }
-                throw Errno(error)
+                throw Errno(namespaceChange: error)
             }
         }
         metadata.move(source.ino, to: newParent, name: newName, entry: moved)
@@ -558,9 +559,17 @@ extension VFS {
             try remote.delete(path: path)
         } catch {
             if case .notFound = error, alsoWhenMissing { return }
-            logger.warning("delete \(path): \(error)")
-            throw Errno(error)
+            logger.warning("delete \(path): \(error)\(needsDropbox(error, "deleting"))")
+            throw Errno(namespaceChange: error)
         }
+    }
+
+    /// The end of the log line of a namespace change refused while Dropbox cannot be reached:
+    /// unlike file contents, it cannot wait in the journal (docs/SEMANTICS.md, "Writing").
+    private func needsDropbox(_ error: RemoteError, _ what: String) -> String {
+        guard case .unavailable = error else { return "" }
+        return "; \(what) needs Dropbox, so it fails until Dropbox answers (Network is unreachable); "
+            + "files written meanwhile are kept and uploaded then"
     }
 
     private func checkName(_ name: String, in parent: InodeNumber) throws(Errno) {
