@@ -131,8 +131,10 @@ public final class ChangeWatcher: Sendable {
                 if stopping { return }
                 // The tree stays "watched": offline, the cached tree is the best answer, and
                 // trying Dropbox on every TTL expiry would only make each lookup wait. The
-                // feed catches up from the same cursor once Dropbox answers again.
-                setOffline("\(error)")
+                // feed catches up from the same cursor once Dropbox answers again. A refused
+                // access is not offline: Dropbox answers, and the mount says what to do.
+                if case .auth = error {} else { setOffline("\(error)") }
+                offline.noteNextProbe(at: Date().addingTimeInterval(delay))
                 sleep(delay)
                 delay = min(delay * 2, options.maxRetryDelay)
             }

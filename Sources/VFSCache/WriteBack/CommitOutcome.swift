@@ -18,7 +18,8 @@ extension WriteBackEngine {
     func progress(for job: UploadJob, base: UInt64 = 0) -> RemoteProgress {
         let active = job.active
         return { [self] done, _ in
-            active.done.store(base + done, ordering: .relaxed)
+            let previous = active.done.exchange(base + done, ordering: .relaxed)
+            if base + done > previous { bytesSent.add(base + done - previous, ordering: .relaxed) }
             return !active.cancelled.load(ordering: .relaxed) && !stopFlag.load(ordering: .relaxed)
         }
     }

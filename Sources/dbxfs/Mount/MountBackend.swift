@@ -117,26 +117,32 @@ struct MountBackend: CustomStringConvertible {
         if offlineAt == nil {
             OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
         }
-        let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile,
-                                                                      pathRoot: pathRoot),
-                                   tokens: credentials.tokens)
+        // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
+        let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
+        // Every client of the mount reports its retries, failures and successes here, for status
+        // and for the log line when Dropbox stops accepting the token (or accepts it again).
+        let connection = ConnectionMonitor(fix: credentials.mountedFix, offline: offline, log: logger)
+        var mainConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, pathRoot: pathRoot)
+        mainConfiguration.observer = connection
+        let client = DropboxClient(configuration: mainConfiguration, tokens: credentials.tokens)
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
         let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
-                                        rootLower: rootLower, log: logger)
-        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger)
-        // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
-        let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
+                                        rootLower: rootLower, log: logger, accessFix: credentials.mountedFix)
+        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger,
+                                              accessFix: credentials.mountedFix)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
         // budget (~6 s) against a dead network. The watcher probes instead, every 1-2 s, on its own
         // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
         let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
         let gatedUploads = OfflineGatedRemote(uploadRemote, state: offline, probeInterval: nil)
-        let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
-                                                                             retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot),
-                                          tokens: credentials.tokens)
-        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger)
+        var watcherConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                       retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot)
+        watcherConfiguration.observer = connection
+        let watcherClient = DropboxClient(configuration: watcherConfiguration, tokens: credentials.tokens)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger,
+                                               accessFix: credentials.mountedFix)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -158,12 +164,17 @@ struct MountBackend: CustomStringConvertible {
         if let vfs, (vfs.writeBack?.status().pendingFiles ?? 0) > 0 {
             Thread { vfs.showPendingUploads() }.start()
         }
+        let tokens = credentials.tokens
+        connection.connect(adoptNewCredentials: { tokens.adoptReloaded(replacing: tokens.current.accessToken) },
+                           resume: { vfs?.writeBack?.retryHeldUploads() })
         let status = MountStatusSource(
             account: AccountReport(email: account.email, displayName: account.displayName,
                                    accountId: account.accountID, profile: credentials.profile),
             server: serverName, root: options.root, readOnly: options.readOnly,
             cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
-            offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil })
+            offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil },
+            connection: { connection.report(uploadsPausedUntil: $0) },
+            beforeSync: { connection.adoptNewCredentialsIfRefused() })
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
@@ -206,14 +217,14 @@ struct MountBackend: CustomStringConvertible {
     private static func drainUploads(_ vfs: VFS, cacheDirectory: URL?, logger: Logger) {
         guard let engine = vfs.writeBack else { return }
         let pending = engine.status().pendingFiles
-        if pending > 0 { logger.info("unmounting: waiting up to \(Int(drainSeconds)) s for \(pending) pending upload(s)") }
+        if pending > 0 { logger.info("unmounting: waiting up to \(Int(drainSeconds)) s for \(counted(pending, "pending upload", "pending uploads"))") }
         let left = engine.shutdown(drainUntil: Date().addingTimeInterval(drainSeconds))
         guard !left.isEmpty else {
             if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox") }
             return
         }
         let names = left.map { "\($0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
-        logger.warning("unmounted with \(left.count) file(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+        logger.warning("unmounted with \(counted(left.count, "file", "files")) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
     }
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
@@ -277,7 +288,14 @@ struct MountBackend: CustomStringConvertible {
     private static func startupMessage(_ error: DropboxError, server: String, fix: String) -> String {
         // At mount time a refused token is the likely cause, and the fix depends on where the
         // token came from; everything else reads as it does for `auth` and `unlink`.
-        if case .auth(let reason, _) = error { return "the access token was rejected by \(server) (\(reason)); \(fix)" }
+        switch error {
+        case .auth(.other, _):   // the token endpoint refused the refresh token
+            return "\(ServerMessages.describe(error, server: server)); \(fix)"
+        case .auth(let reason, _):
+            return "the access token was rejected by \(server) (\(reason)); \(fix)"
+        default:
+            break
+        }
         return ServerMessages.describe(error, server: server)
     }
 }
