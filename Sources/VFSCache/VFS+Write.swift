@@ -378,6 +378,8 @@ extension VFS {
         try checkName(name, in: parent)
         if let existing = try metadata.child(of: parent, named: name) {
             if flags.contains(.exclusive) { throw .exists }
+            // Another file whose name differs only in case: one name cannot hold two files.
+            if existing.name != name { throw refuseCaseClash(name, existing.name, in: parent) }
             if existing.isDirectory { throw .isDirectory }
             let reply = try open(existing.ino, flags: flags.union(.write))
             metadata.addLookup(existing.ino)
@@ -505,6 +507,10 @@ extension VFS {
         if target?.ino == source.ino { target = nil }   // a case-only rename
         if let target {
             if flags.contains(.noReplace) { throw .exists }
+            // Onto another item whose name differs only in case (rsync's temporary file renamed
+            // onto `readme` next to `README`): Dropbox cannot hold both, and replacing would drop
+            // one of two files without a word. Refused, as a create of that name is.
+            if target.name != newName { throw refuseCaseClash(newName, target.name, in: newParent) }
             switch (source.isDirectory, target.isDirectory) {
             case (true, false): throw .notDirectory
             case (false, true): throw .isDirectory
@@ -570,6 +576,14 @@ extension VFS {
         guard case .unavailable = error else { return "" }
         return "; \(what) needs Dropbox, so it fails until Dropbox answers (Network is unreachable); "
             + "files written meanwhile are kept and uploaded then"
+    }
+
+    /// EEXIST for `name` where `existing` differs from it only in case (Swift's `==` already
+    /// treats composed and decomposed spellings as one name), with a log line.
+    private func refuseCaseClash(_ name: String, _ existing: String, in parent: InodeNumber) -> Errno {
+        let folder = metadata.path(of: parent).map { $0.isEmpty ? "/" : $0 } ?? "its folder"
+        logger.info("refused \(name) in \(folder) (File exists): \(existing) is there, and Dropbox cannot hold two names that differ only in case")
+        return .exists
     }
 
     private func checkName(_ name: String, in parent: InodeNumber) throws(Errno) {
