@@ -100,7 +100,7 @@ def test_text_shows_progress_bars_pending_conflicts_and_errors(cli, daemon):
     assert "512.0 MiB / 1.0 GiB" in iso and "50.0 MiB/s  ETA" in iso and "ETA 0:11" in iso
     # Nothing sent yet and no rate: waiting, not a bar at 0%.
     jpg = next(line for line in out.splitlines() if "new.jpg" in line)
-    assert "photos/new.jpg " in jpg and "waiting to be sent (12.0 MiB)" in jpg and "%" not in jpg
+    assert "photos/new.jpg  12.0 MiB  sending" in jpg and "%" not in jpg
     assert "notes.txt  120 B  failed after attempt 4: insufficient space on Dropbox" in out
     assert "a.txt -> a (conflicted copy 2026-11-29).txt" in out
     assert "notes.txt: insufficient space on Dropbox" in out

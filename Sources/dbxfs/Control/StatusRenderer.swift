@@ -113,8 +113,9 @@ enum StatusRenderer {
         if uploads.offline { summary += "; Dropbox unreachable, retrying" }
         var lines = [label("uploads") + summary]
 
-        // Bars: the transfers in progress, the most bytes left first (all of them with --all).
-        let bars = all ? uploads.transfers.sorted { $0.path < $1.path }
+        // Bars: the transfers in progress, the most bytes left first (with --all, every one, and
+        // the files sent whole that wait for their commit). A transfer not started is a file line.
+        let bars = all ? (moving + sent).sorted { $0.path < $1.path }
             : Array(moving.sorted { ($0.bytesTotal &- $0.bytesDone, $0.path) > ($1.bytesTotal &- $1.bytesDone, $1.path) }
                         .prefix(shownTransfers))
         let names = bars.map { relative($0.path).count + ($0.writing ? 10 : 0) }
@@ -123,7 +124,8 @@ enum StatusRenderer {
 
         // Lines: files that need attention (an error, a refusal, open for writing), then others.
         let barred = Set(bars.map(\.path))
-        let rest = uploads.pending.filter { !barred.contains($0.path) && (all || !sentOrQueued.contains($0.path)) }
+        let sentPaths = Set(sent.map(\.path))
+        let rest = uploads.pending.filter { !barred.contains($0.path) && !sentPaths.contains($0.path) }
         let attention = rest.filter { $0.lastError != nil || $0.state == "failed" || $0.state == "refused" || $0.openForWriting }
         let ordered = attention + rest.filter { item in !attention.contains { $0.path == item.path } }.sorted { $0.size > $1.size }
         let shown = all ? ordered : Array(ordered.prefix(shownFiles))

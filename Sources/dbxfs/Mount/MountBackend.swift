@@ -24,6 +24,13 @@ struct MountBackend: CustomStringConvertible {
     var cacheLock: CacheDirectoryLock?
     /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
     var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
+    /// Once the mount is live: remembers where this account's cache is, for offline starts.
+    var mounted: () -> Void = {}
+    /// After a failure past `open` (the FUSE mount refused): removes the cache directory if this
+    /// run created it, so a mount that never happened leaves nothing behind. Call after `shutdown`.
+    var discardNewCache: () -> Void = {}
+    /// The one line a detached mount prints when it is live (nil: nothing to say).
+    var startupNote: String?
 
     /// `stillWanted` tells a `--wait-for-cache` wait whether anyone still waits for the mount.
     static func open(options: MountOptions, logger: Logger, stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
@@ -101,11 +108,17 @@ struct MountBackend: CustomStringConvertible {
         }
 
         let cacheDirectory: URL
+        var createdCache = false
         if let offlineAt {
             cacheDirectory = offlineAt.cacheDirectory
         } else {
-            cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID, namespace: account.pathRootNamespace)
+            (cacheDirectory, createdCache) = try prepareCacheDirectory(options, accountID: account.accountID,
+                                                                       namespace: account.pathRootNamespace)
         }
+        // A mount refused from here on leaves no cache directory it made itself (nothing was
+        // written through it, so nothing in it is worth keeping).
+        var keepCache = false
+        defer { if createdCache && !keepCache { discard(cacheDirectory) } }
         // Before the journal, the saved tree or the staging area is opened: one daemon per cache directory.
         let cacheLock: CacheDirectoryLock
         do {
@@ -114,9 +127,7 @@ struct MountBackend: CustomStringConvertible {
         } catch {
             throw Failure(description: error.description)
         }
-        if offlineAt == nil {
-            OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
-        }
+        if offlineAt == nil { OfflineStart.saveAccount(account, in: cacheDirectory) }
         // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
         let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
         // Every client of the mount reports its retries, failures and successes here, for status
@@ -180,7 +191,20 @@ struct MountBackend: CustomStringConvertible {
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
+        if offlineAt == nil {
+            backend.mounted = { OfflineStart.remember(cacheDirectory: cacheDirectory, options: options, profile: credentials.profile) }
+        } else {
+            backend.startupNote = "\(offlineAt!.reason); mounted offline with the tree saved earlier: cached files can be read, "
+                + "and files written are uploaded once Dropbox answers"
+        }
+        if createdCache { backend.discardNewCache = { discard(cacheDirectory) } }
+        keepCache = true
         return backend
+    }
+
+    /// Removes a cache directory this run created, after a failed mount.
+    private static func discard(_ directory: URL) {
+        try? FileManager.default.removeItem(at: directory)
     }
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
@@ -229,7 +253,8 @@ struct MountBackend: CustomStringConvertible {
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
     /// so two accounts, or two roots of one account, never share a cache. Created 0700.
-    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String, namespace: String?) throws(Failure) -> URL {
+    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String,
+                                              namespace: String?) throws(Failure) -> (URL, created: Bool) {
         let path: String
         if let explicit = options.cacheDirectory {
             path = explicit
@@ -243,6 +268,7 @@ struct MountBackend: CustomStringConvertible {
             if let namespace { key += "\nns:\(namespace)" }
             path = base + "/dbxfs/" + String(hex(sha256(Array(key.utf8))).prefix(16))
         }
+        let existed = FileManager.default.fileExists(atPath: path)
         do {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -250,7 +276,7 @@ struct MountBackend: CustomStringConvertible {
             throw Failure(description: "cannot create the cache directory \(path): \(error.localizedDescription)")
         }
         guard access(path, W_OK) == 0 else { throw Failure(description: "the cache directory \(path) is not writable") }
-        return URL(fileURLWithPath: path)
+        return (URL(fileURLWithPath: path), !existed)
     }
 
     /// The namespace to send as Dropbox-API-Path-Root: the team root for a team-space member
