@@ -73,7 +73,7 @@ enum StatusRenderer {
         default: head = connection.state
         }
         var text = head
-        if let next = connection.nextRetryAt, next > now { text += ", next try \(inTime(next, now: now))" }
+        if let next = connection.nextRetryAt, let when = upcoming(next, now: now) { text += ", next try \(when)" }
         if let message = connection.message { text += ": \(message)" }
         if connection.state == "online", let error = connection.lastError {
             text += "; last error" + (connection.lastErrorAt.map { " at \(time($0))" } ?? "") + ": \(error)"
@@ -143,7 +143,7 @@ enum StatusRenderer {
         } else {
             line += stateWords[item.state] ?? item.state
             if item.attempts > 0 { line += " after attempt \(item.attempts)" }
-            if let next = item.nextAttemptAt, next > now { line += ", next try \(inTime(next, now: now))" }
+            if let next = item.nextAttemptAt, let when = upcoming(next, now: now) { line += ", next try \(when)" }
         }
         if let error = item.lastError { line += ": \(error)" }
         return line
@@ -225,8 +225,10 @@ enum StatusRenderer {
         return s >= 3600 ? String(format: "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60) : String(format: "%d:%02d", s / 60, s % 60)
     }
 
-    /// "in 3 s", "in 1:05", or "at 21:04:05" when it is hours away.
-    private static func inTime(_ date: Date, now: Date) -> String {
+    /// "in 3 s", "in 1:05", or "at 21:04:05" when it is hours away; nil when it is past. The
+    /// report's times are whole seconds (ISO 8601), so a time within the last second is "in 1 s".
+    private static func upcoming(_ date: Date, now: Date) -> String? {
+        guard date.addingTimeInterval(1) > now else { return nil }
         let seconds = date.timeIntervalSince(now)
         if seconds < 60 { return "in \(max(1, Int(seconds.rounded(.up)))) s" }
         if seconds < 3600 { return "in \(duration(seconds))" }
