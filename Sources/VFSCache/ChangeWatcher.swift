@@ -301,7 +301,7 @@ public final class ChangeWatcher: Sendable {
     // MARK: Online/offline
 
     private func setOffline(_ reason: String) {
-        if offline.set(offline: true, reason: reason) { log.warning("offline: Dropbox cannot be reached (\(reason)); serving cached metadata and data, retrying") }
+        if offline.set(offline: true, reason: reason) { log.warning("offline (\(reason)); serving cached metadata and data, retrying") }
     }
 
     private func setOnline() {

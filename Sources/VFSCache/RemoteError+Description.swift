@@ -26,11 +26,19 @@ extension RemoteError: CustomStringConvertible {
         case .auth(let text): Self.sentence(text, or: "Dropbox rejected the access token")
         case .permissionDenied(let text): Self.sentence(text, or: "Dropbox refuses writes there (a read-only shared folder)")
         case .rateLimited(let retryAfter):
-            "Dropbox asks to slow down (too many requests); retrying in \(Int(retryAfter.rounded(.up))) s"
+            "Dropbox asks to slow down (too many requests, wait \(Int(retryAfter.rounded(.up))) s)"
         case .unavailable(let text): Self.sentence(text, or: "Dropbox cannot be reached")
         case .cancelled: "cancelled"
         case .other(let text): Self.sentence(text, or: "Dropbox failed in an unexpected way")
         }
+    }
+
+    /// The sentence for a line that already names `path` ("will retry /a.txt (attempt 2): ...",
+    /// status's line of /a.txt): without its own leading "/a.txt: ".
+    public func description(about path: String) -> String {
+        let text = description
+        let prefix = Self.shown(path) + ": "
+        return text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : text
     }
 
     /// Paths are relative to the mount root; the root itself is "".

@@ -278,7 +278,7 @@ extension VFS {
         guard let handle = localFiles.handle(id), handle.mayWrite, let writeBack else { return }
         try journal(handle)
         if let path = metadata.path(of: ino), let error = writeBack.failure(path: path) {
-            logger.warning("\(path): an earlier upload failed: \(error)")
+            logger.warning("\(path): an earlier upload failed: \(error.description(about: path))")
             throw Errno(error)
         }
     }
@@ -294,7 +294,7 @@ extension VFS {
         do throws(WriteBackError) {
             try writeBack.waitUntilCommitted(path: path, generation: generation, timeout: Self.fsyncTimeout)
         } catch {
-            logger.warning("fsync of \(path): \(error)")
+            logger.warning("fsync of \(path): \(error.description(about: path))")
             // Not on Dropbox: at least on disk, as a close would have made it.
             writeBack.makeDurable(path: path)
             throw error.errno
@@ -432,7 +432,7 @@ extension VFS {
             entry = try remote.createFolder(path: path)
         } catch {
             if case .conflict = error { throw .exists }
-            logger.warning("mkdir \(path): \(error)\(needsDropbox(error, "making a folder"))")
+            logger.warning("mkdir \(path): \(error.description(about: path))\(needsDropbox(error, "making a folder"))")
             throw Errno(namespaceChange: error)
         }
         let node = try metadata.insertRemote(entry, under: parent)
@@ -477,7 +477,7 @@ extension VFS {
             remoteChildren = page.changes.contains { if case .upsert = $0 { return true } else { return false } }
         } catch .notFound {
         } catch {
-            logger.warning("rmdir \(path): \(error)\(needsDropbox(error, "deleting a folder"))")
+            logger.warning("rmdir \(path): \(error.description(about: path))\(needsDropbox(error, "deleting a folder"))")
             throw Errno(namespaceChange: error)
         }
         if remoteChildren {
@@ -548,7 +548,7 @@ extension VFS {
             } catch {
                 // A file not uploaded yet only exists here: the engine moves its bytes.
                 if case .notFound = error, !source.isDirectory { return [:] }
-                logger.warning("rename \(from) → \(to): \(error)\(needsDropbox(error, "renaming"))")
+                logger.warning("rename \(from) → \(to): \(error.description(about: from))\(needsDropbox(error, "renaming"))")
                 if case .conflict = error { throw .exists }
                 throw Errno(namespaceChange: error)
             }
@@ -565,7 +565,7 @@ extension VFS {
             try remote.delete(path: path)
         } catch {
             if case .notFound = error, alsoWhenMissing { return }
-            logger.warning("delete \(path): \(error)\(needsDropbox(error, "deleting"))")
+            logger.warning("delete \(path): \(error.description(about: path))\(needsDropbox(error, "deleting"))")
             throw Errno(namespaceChange: error)
         }
     }

@@ -24,11 +24,15 @@ public enum WriteBackError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The engine was shut down.
     case stopped
 
-    /// What fsync's warning and `dbxfs sync` say.
-    public var description: String {
-        switch self {
-        case .failed(let error): "\(error)"
-        case .timedOut(let error): "not on Dropbox yet after the wait\(error.map { " (the last attempt: \($0))" } ?? "")"
+    /// What fsync's warning says.
+    public var description: String { description(about: nil) }
+
+    /// The sentence for a line that already names `path` (RemoteError.description(about:)).
+    public func description(about path: String?) -> String {
+        func told(_ error: RemoteError) -> String { path.map { error.description(about: $0) } ?? "\(error)" }
+        return switch self {
+        case .failed(let error): told(error)
+        case .timedOut(let error): "not on Dropbox yet after the wait\(error.map { " (the last attempt: \(told($0)))" } ?? "")"
         case .stopped: "the uploads stopped (the mount is shutting down); the file stays journaled for the next mount"
         }
     }

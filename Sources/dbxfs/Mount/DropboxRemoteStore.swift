@@ -338,7 +338,7 @@ final class DropboxRemoteStore: RemoteStore {
         case .disallowedName: .disallowedName(path)
         case .malformedPath: .malformedPath(path)
         case .tooManyWriteOperations: .rateLimited(retryAfter: 1)
-        case .noWritePermission: .permissionDenied("\(subject): Dropbox refuses writes there (a read-only shared folder)")
+        case .noWritePermission: .permissionDenied("\(subject): Dropbox refuses writes there: no write permission in a read-only shared folder")
         case .teamFolder, .accessRestricted: .auth("\(subject): Dropbox refuses writes there: \(error)")
         case .operationSuppressed, .other: .other("\(subject): \(error)")
         }
