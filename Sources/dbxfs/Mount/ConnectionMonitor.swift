@@ -62,7 +62,11 @@ final class ConnectionMonitor: RequestObserver, Sendable {
     }
 
     func failed(_ error: DropboxError) {
-        if case .cancelled = error { return }
+        switch error {
+        // Answers about one item (409: not found, a conflict, ...) or about this side: the link is fine.
+        case .route, .cancelled, .localIO, .contentChanged: return
+        default: break
+        }
         note(error, retryAt: nil)
         // A missing permission is about one call; re-linking fixes it, but the access as such stands.
         if case .auth(let reason, _) = error {
