@@ -251,7 +251,7 @@ extension DropboxError {
         case 500...599:
             return .server(status: status, message: String(text.prefix(500)))
         default:
-            return .unexpectedResponse("HTTP \(status): \(text.prefix(500))")
+            return .unexpectedResponse("HTTP \(status)" + (text.isEmpty ? " with an empty body" : ": \(text.prefix(500))"))
         }
     }
 }

@@ -111,6 +111,9 @@ public struct RemoteUploadedSession: Sendable, Equatable, Codable {
 public typealias RemoteProgress = @Sendable (_ done: UInt64, _ total: UInt64) -> Bool
 
 /// Failures, already classified; the remote adapter has done its retries before throwing these.
+/// Payloads: `notFound`, `notFolder`, `notFile`, `conflict`, `disallowedName` and `malformedPath`
+/// carry the path they are about; the other cases with text carry a sentence for people, naming
+/// the path where there is one. Rendered in RemoteError+Description.swift, never as the enum.
 public enum RemoteError: Error, Sendable, Equatable {
     case notFound(String)
     case notFolder(String)
@@ -194,7 +197,7 @@ public protocol RemoteStore: Sendable {
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64)
 
     /// The content of an `exportOnly` file (by path or id), in its default export format.
-    /// Has a default implementation that throws `.notFile`.
+    /// Has a default implementation that throws `.other` (a remote without exports).
     func export(path: String) throws(RemoteError) -> ExportedFile
 }
 
@@ -213,6 +216,6 @@ extension RemoteStore {
     }
 
     public func export(path: String) throws(RemoteError) -> ExportedFile {
-        throw .notFile("\(path): this remote cannot export files")
+        throw .other("\(path): this remote cannot export files")
     }
 }

@@ -388,7 +388,11 @@ public final class VFS: FilesystemOperations, Sendable {
 
     // MARK: Filesystem-wide
 
-    public func statfs() throws(Errno) -> FilesystemStats { try spaceUsage.stats() }
+    public func statfs() throws(Errno) -> FilesystemStats {
+        var stats = try spaceUsage.stats()
+        stats.usedFiles = UInt64(metadata.nodeCount)
+        return stats
+    }
 
     public func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8] {
         guard let node = metadata.node(ino) else { throw .noEntry }

@@ -314,6 +314,39 @@ def test_rename_flags_and_case_only_rename(writer):
     assert writer.emu.download("/Photos/2024/a.jpg") == b"jpeg"
 
 
+def test_two_names_that_differ_only_in_case_are_refused_not_merged(writer, tmp_path):
+    """`README` and `readme` cannot both be on Dropbox. cp -r says so (EEXIST on the second
+    create); rsync -a creates a temporary name and renames it onto the target, and that rename
+    must be refused the same way instead of silently replacing the first file by the second
+    (exit 0, one file left). A rename of the same file to another case stays a case-only rename."""
+    source = tmp_path / "clash"
+    source.mkdir()
+    (source / "README").write_text("upper\n")
+    (source / "readme").write_text("lower\n")
+    copy = subprocess.run(["cp", "-r", str(source), str(writer.path / "by-cp")], capture_output=True, text=True)
+    assert copy.returncode != 0 and "File exists" in copy.stderr, copy.stderr
+    sync = subprocess.run(["rsync", "-a", f"{source}/", str(writer.path / "by-rsync")], capture_output=True, text=True)
+    print(sync.returncode, sync.stderr)
+    assert sync.returncode != 0 and "File exists" in sync.stderr, (sync.returncode, sync.stderr)
+    for folder in ("by-cp", "by-rsync"):
+        names = [n for n in os.listdir(writer.path / folder) if not n.startswith(".")]
+        assert len(names) == 1, names
+        # Whichever came first kept its own bytes.
+        assert (writer.path / folder / names[0]).read_text() == (source / names[0]).read_text()
+    # A different file renamed onto a case variant of an existing name: refused.
+    (writer.path / "by-rsync" / "other").write_text("other\n")
+    with pytest.raises(OSError) as err:
+        os.rename(writer.path / "by-rsync" / "other", writer.path / "by-rsync" / "Readme")
+    assert err.value.errno == errno.EEXIST
+    # The same file to another case: allowed.
+    kept = [n for n in os.listdir(writer.path / "by-rsync") if n.lower() == "readme"][0]
+    os.rename(writer.path / "by-rsync" / kept, writer.path / "by-rsync" / "ReadMe")
+    assert (writer.path / "by-rsync" / "ReadMe").read_text() == (source / kept).read_text()
+    writer.sync()
+    names = sorted(e["name"] for e in writer.emu.api("files/list_folder", {"path": "/by-rsync"})["entries"])
+    assert names == ["ReadMe", "other"], names
+
+
 def _renameat2():
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)

@@ -88,3 +88,15 @@ class Mount:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def wait_until(predicate, timeout=30, interval=0.2):
+    """Polls `predicate` until it returns something true (returned), or fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout} s: {getattr(predicate, '__name__', predicate)}")
+        time.sleep(interval)

@@ -20,8 +20,8 @@ struct Subcommand: Sendable {
     static var overview: String {
         var text = MountOptions.usage + "\n\ncommands:\n"
         for command in all { text += "  " + command.name.padding(toLength: 22, withPad: " ", startingAt: 0) + command.summary + "\n" }
-        text += "\nRun 'dbxfs COMMAND --help' for a command's options. Defaults can be set in\n"
-        text += "$XDG_CONFIG_HOME/dbxfs/config; see man dbxfs."
+        text += "\nRun 'dbxfs COMMAND --help' for a command's options. Defaults for the options can be set\n"
+        text += "in $XDG_CONFIG_HOME/dbxfs/config (see man dbxfs)."
         return text
     }
 

@@ -93,7 +93,7 @@ final class ControlServer: Sendable {
             UnixSocket.setTimeout(client, 0)
             logger.info("sync requested (timeout \(Int(timeout)) s)")
             let report = source.sync(mountpoint: mountpoint, deadline: Date().addingTimeInterval(timeout))
-            logger.info(report.ok ? "sync: everything is committed" : "sync: \(report.left.count) file(s) not committed")
+            logger.info(report.ok ? "sync: everything is committed" : "sync: \(counted(report.left.count, "file", "files")) not committed")
             reply(client, report)
         default:
             reply(client, ControlErrorReply(error: "unknown command '\(request.command)'"))
