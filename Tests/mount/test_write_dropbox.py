@@ -619,10 +619,11 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     m = Mount(dbxfs_binary, mnt, args, env=dict(dropbox_env(), DBXFS_UNMOUNT_DRAIN_SECONDS="1"))
     m.start()
     try:
-        (mnt / "leftover.txt").write_text("kept for later\n")
         # The next mount starts offline from the tree this one saves (listed in the background).
+        os.listdir(mnt)
         wait_saved_tree(tmp_path / "cache")
         wemu.config(fail_rate=1.0)      # Dropbox answers 500 to everything: nothing can land
+        (mnt / "leftover.txt").write_text("kept for later\n")
         m.stop()
     finally:
         wemu.config(fail_rate=0)
@@ -788,7 +789,7 @@ def test_a_full_cache_disk_never_leaves_a_file_that_sync_calls_uploaded(dbxfs_bi
                 left = (mnt / "40M.bin").read_bytes()
                 assert 0 < len(left) < 40 << 20 and source.read_bytes().startswith(left)
                 status = subprocess.run([dbxfs_binary, "status", str(mnt)], capture_output=True, text=True, timeout=30).stdout
-                line = next(line for line in status.splitlines() if "/40M.bin" in line)
+                line = next(line for line in status.splitlines() if "40M.bin" in line)
                 assert "failed" in line and "open for writing" not in line and "writing" not in line, status
                 sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
                                       timeout=120)

@@ -87,16 +87,19 @@ enum StatusRenderer {
         let all = all || uploads.pendingFiles <= shownTransfers + shownFiles
         // What each transfer is doing: a file sent whole waits for its (batch) commit, a file with
         // nothing sent and no rate waits to be sent; only the rest is really in progress.
-        let sent = uploads.transfers.filter { !$0.writing && $0.bytesTotal > 0 && $0.bytesDone >= $0.bytesTotal }
-        let queued = uploads.transfers.filter { !$0.writing && $0.bytesDone == 0 && $0.bytesPerSecond == 0 }
+        // Offline, nothing is in progress: every request is being retried, so no transfer is shown
+        // as a bar or as "sent"; each file is a line with its attempts and the next try.
+        let transfers = uploads.offline ? uploads.transfers.filter(\.writing) : uploads.transfers
+        let sent = transfers.filter { !$0.writing && $0.bytesTotal > 0 && $0.bytesDone >= $0.bytesTotal }
+        let queued = transfers.filter { !$0.writing && $0.bytesDone == 0 && $0.bytesPerSecond == 0 }
         let sentOrQueued = Set((sent + queued).map(\.path))
-        let moving = uploads.transfers.filter { !sentOrQueued.contains($0.path) }
+        let moving = transfers.filter { !sentOrQueued.contains($0.path) }
 
         var parts: [String] = []
         let sending = moving.filter { !$0.writing }.count
         if sending > 0 { parts.append("\(sending) sending") }
         if !sent.isEmpty { parts.append("\(sent.count) sent, waiting for the commit") }
-        let transferred = Set(uploads.transfers.map(\.path))
+        let transferred = Set(transfers.map(\.path))
         let byState = Dictionary(grouping: uploads.pending.filter { !$0.openForWriting && !transferred.contains($0.path) }, by: \.state)
         let waiting = (byState["pending"]?.count ?? 0) + (byState["uploading"]?.count ?? 0) + queued.count
         if waiting > 0 { parts.append("\(waiting) waiting") }
