@@ -10,7 +10,6 @@ cases. docs/BENCHMARKS.md ("dbxfs against rclone") says what each limit means.
 import http.client
 import json
 import os
-import random
 import ssl
 import subprocess
 import threading
@@ -141,14 +140,14 @@ class Direct:
         finally:
             conn.close()
 
-    def random_reads_per_second(self, path, size, threads, seconds, block=4096):
-        """4 KiB range requests at random offsets, one kept-alive connection per thread."""
+    def random_reads_per_second(self, path, threads, offsets, seconds, block=4096):
+        """4 KiB range requests at the given offsets (a list per thread), one kept-alive
+        connection per thread, for at most `seconds`."""
         counts = [0] * threads
         errors = []
         start_gate = threading.Barrier(threads + 1)
 
         def worker(i):
-            rng = random.Random(1000 + i)
             try:
                 conn = self.connection(CONTENT)
                 self._range(conn, path, 0, 1)
@@ -159,8 +158,9 @@ class Direct:
             start_gate.wait()
             deadline = time.monotonic() + seconds
             try:
-                while time.monotonic() < deadline:
-                    offset = rng.randrange(size // block) * block
+                for offset in offsets[i]:
+                    if time.monotonic() > deadline:
+                        break
                     if len(self._range(conn, path, offset, block)) != block:
                         raise RuntimeError("short range read")
                     counts[i] += 1

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from emulator import Emulator
@@ -47,7 +48,7 @@ def parse_args(argv):
         "port 443, FUSE)."))
     p.add_argument("--bin", help="the dbxfs binary (default: build the release binary)")
     p.add_argument("--quick", action="store_true",
-                   help="a short run: 256 MiB files, 1 pair, 5 s of random reads (unless given)")
+                   help="a short run: 256 MiB files and 1 pair (unless given)")
     p.add_argument("--profiles", default=",".join(PROFILES),
                    help=f"comma-separated, of {', '.join(PROFILES)} (default: all)")
     p.add_argument("--workloads", default=",".join(CASES),
@@ -58,9 +59,11 @@ def parse_args(argv):
     p.add_argument("--ls-files", type=int, default=10000, help="files listed by ls -lR (in 100 folders)")
     p.add_argument("--deep-entries", type=int, default=20000, help="entries of the first-access tree")
     p.add_argument("--ns-files", type=int, default=1000, help="files of the rm -rf, tar x and git clone cases")
-    p.add_argument("--random-seconds", type=float, help="duration of each random-read run (default 10, quick 5)")
+    p.add_argument("--random-reads", type=int, default=1000, help="4 KiB random reads per run, over all threads")
     p.add_argument("--random-threads", type=int, default=4)
-    p.add_argument("--upload-timeout", type=float, default=900,
+    p.add_argument("--random-seconds", type=float, default=120,
+                   help="a random-read run stops after this long even if its reads are not all done")
+    p.add_argument("--upload-timeout", type=float, default=600,
                    help="seconds to wait for a client's writes to reach the server before giving up "
                         "(the row then shows '> this')")
     p.add_argument("--work", default="/tmp",
@@ -74,7 +77,6 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.size_mib = args.size_mib or (256 if args.quick else 1024)
     args.pairs = args.pairs or (1 if args.quick else 3)
-    args.random_seconds = args.random_seconds or (5 if args.quick else 10)
     args.profiles = [x.strip() for x in args.profiles.split(",") if x.strip()]
     args.workloads = [x.strip() for x in args.workloads.split(",") if x.strip()]
     for name in args.profiles:
@@ -129,11 +131,21 @@ def outer(args, argv):
     command = network.unshare_command([sys.executable, SCRIPT, *argv, "--inside", "--bin", binary,
                                        "--work-dir", work, "--shm-dir", shm])
     proc = subprocess.Popen(command)
-    # Ctrl-C reaches the inner run too (same process group), which stops what it started; this
-    # run just waits for it. SIGTERM is passed on by ending `unshare`, whose child then gets
-    # SIGKILL, and the kernel ends everything in the namespaces with it.
+    # Ctrl-C reaches the inner run too (same process group), which stops what it started and
+    # prints what it measured; this run just waits for it. `unshare` itself ignores SIGINT and
+    # SIGTERM, so SIGTERM is passed to the inner run directly, and if that has not ended a
+    # minute later, `unshare` gets SIGKILL: its child then gets SIGKILL too (--kill-child) and
+    # the kernel ends everything left in the namespaces.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+
+    def on_sigterm(signum, frame):
+        for child in children(proc.pid):
+            os.kill(child, signal.SIGTERM)
+        timer = threading.Timer(60, lambda: proc.poll() is None and proc.kill())
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         code = proc.wait()
     finally:
@@ -146,6 +158,14 @@ def outer(args, argv):
             shutil.rmtree(work, ignore_errors=True)
             shutil.rmtree(shm, ignore_errors=True)
     return code
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
 
 
 # ----- inside the namespaces -----
@@ -197,7 +217,7 @@ def inner(args):
     load_after = os.getloadavg()
     print_report(args, results, data, load_before, load_after, time.monotonic() - started)
     if interrupted:
-        print("\n(Interrupted: Ctrl-C also reaches the emulator and the daemons, so the last failure above "
+        print("\n(Interrupted. Ctrl-C also reaches the emulator and the daemons, so the last failure above "
               "may be the interrupt itself.)")
     return 0 if not results.failures else 1
 
@@ -239,7 +259,8 @@ def print_report(args, results, data, load_before, load_after, seconds):
     rclone_version = subprocess.run(["rclone", "version"], capture_output=True, text=True).stdout.split("\n")[0]
     names = {"SIZE": f"{args.size_mib} MiB" if args.size_mib % 1024 else f"{args.size_mib // 1024} GiB",
              "SMALL": str(args.small_files), "LS": f"{args.ls_files // 100 * 100:,}",
-             "NS": f"{args.ns_files:,}", "DEEP": f"{data.deep_count:,}", "THREADS": str(args.random_threads)}
+             "NS": f"{args.ns_files:,}", "DEEP": f"{data.deep_count:,}", "THREADS": str(args.random_threads),
+             "READS": f"{args.random_reads:,}"}
     print(f"dbxfs {describe_commit()} against {rclone_version} (--vfs-cache-mode full --vfs-write-back 0s), "
           f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
           f"{args.pairs} pair(s) per case, medians; load average {load_before[0]:.1f}/{load_before[1]:.1f} before, "

@@ -48,8 +48,8 @@ ROWS = [
     Row("small_files", "SMALL × 4 KiB files, `cp -r` then until on the server, s", "s", False, calls="upload calls"),
     Row("ls", "cold `ls -lR` of LS files, s (limit: recursive list_folder, 1 connection)", "s", False,
         calls="list calls"),
-    Row("random", "random 4 KiB preads over a cold SIZE file, THREADS threads, ops/s (limit: 4 KiB ranges, "
-        "THREADS kept-alive connections)", "ops/s", True),
+    Row("random", "READS random 4 KiB preads over a cold SIZE file, THREADS threads, ops/s (limit: 4 KiB "
+        "ranges, THREADS kept-alive connections)", "ops/s", True, calls="downloads"),
     Row("rm", "`rm -rf` of NS files in 10 folders, then until on the server, s", "s", False, calls="calls"),
     Row("tar", "`tar x` of NS files in 100 folders, then until on the server, s", "s", False, calls="calls"),
     Row("git", "`git clone` of a local NS-file repository, then until on the server, s", "s", False,
@@ -136,10 +136,15 @@ def table(results, profiles, profile_labels, names):
                 return text
 
             limit_cell = fmt(limit) + (f" ({limit_text})" if limit_text else "")
+            # A client that timed out gives a bound, and so does any ratio with it.
+            versus = fmt(ratio(row, d[0], r[0]), 2)
+            if r[6] != d[6] and versus != "–":
+                versus = ("> " if r[6] else "< ") + versus
+            versus_limit = ("< " if d[6] else "") + fmt(ratio(row, d[0], limit), 2)
             cpu_unit = "/GiB" if row.per_gib else ""
             lines.append(
                 f"| {profile_labels[profile]} | {label}" + (f" ({row.calls} in parentheses)" if row.calls else "")
                 + f" | {cell(d)} | {cell(r)} | {limit_cell if not math.isnan(limit) else '–'} "
-                f"| {fmt(ratio(row, d[0], r[0]), 2)} | {fmt(ratio(row, d[0], limit), 2)} "
+                f"| {versus} | {versus_limit} "
                 f"| {fmt(d[1], 2)} / {fmt(r[1], 2)}{cpu_unit} | {fmt(d[2])} / {fmt(r[2])} |")
     return "\n".join(lines)

@@ -158,13 +158,14 @@ def run_random(bench, client, tag):
                 reference[offset] = f.read(4096)
 
         def reader(i):
-            rng = random.Random(1000 + i)   # the same offsets for both clients
             fd = os.open(path, os.O_RDONLY)
             try:
                 gate.wait()
                 deadline = time.monotonic() + opts.random_seconds
-                while time.monotonic() < deadline:
-                    if len(os.pread(fd, 4096, rng.randrange(size // 4096) * 4096)) != 4096:
+                for offset in random_offsets(i, size, opts):
+                    if time.monotonic() > deadline:
+                        break
+                    if len(os.pread(fd, 4096, offset)) != 4096:
                         raise RuntimeError("short read")
                     counts[i] += 1
             except Exception as err:  # noqa: BLE001 (reported below)
@@ -192,13 +193,23 @@ def run_random(bench, client, tag):
         finally:
             os.close(fd)
         return {"random": Sample(sum(counts) / elapsed, used, m.peak_rss_mib(),
-                                 total_calls=count(calls))}
+                                 count(calls, ("files/download",)), count(calls))}
+
+
+def random_offsets(thread, size, opts):
+    """The 4 KiB-aligned offsets thread `thread` reads: its share of --random-reads, the same for
+    both clients and the limit. A fixed count, not a fixed time: once a client has cached the
+    whole file every read is a page-cache hit, so a long enough run would measure nothing."""
+    rng = random.Random(1000 + thread)
+    share = -(-opts.random_reads // opts.random_threads)
+    return [rng.randrange(size // 4096) * 4096 for _ in range(share)]
 
 
 def limit_random(bench, limits):
     opts = bench.options
     limits["random"] = Limit(bench.direct.random_reads_per_second(
-        "/read/big.bin", bench.data.size, opts.random_threads, opts.random_seconds))
+        "/read/big.bin", opts.random_threads, [random_offsets(i, bench.data.size, opts)
+                                               for i in range(opts.random_threads)], opts.random_seconds))
 
 
 # ----- writes -----
@@ -257,19 +268,35 @@ def run_small_files(bench, client, tag):
 def until_on_server(bench, client, tag, row, template, command, on_server_check, counted=count):
     """Runs `command(mountpoint)` in a fresh run folder (holding `template` as `tree`) and waits
     until the server has the result: seconds, and the calls `counted` picks. A client that is not
-    done within --upload-timeout gives that bound, marked as such."""
-    with bench.run_folder(tag, template) as root, bench.fresh_mount(client, root, tag) as m:
-        cpu = measured(m)
-        started = time.monotonic()
-        subprocess.run(command(m.path), check=True, capture_output=True)
-        timed_out = False
-        try:
-            done = m.wait_uploaded(lambda: on_server_check(root), bench.options.upload_timeout)
-        except TimeoutError:
-            done, timed_out = time.monotonic(), True
-        used = cpu()
-        calls = bench.server.calls()
-        return {row: Sample(done - started, used, m.peak_rss_mib(), counted(calls), count(calls), timed_out)}
+    done within --upload-timeout (the command included: rclone's `git clone` can hang in a page
+    fault) gives that bound, marked as such; the command is then killed, and the unmount that
+    follows ends whatever it still waits for."""
+    timeout = bench.options.upload_timeout
+    proc = None
+    try:
+        with bench.run_folder(tag, template) as root, bench.fresh_mount(client, root, tag) as m:
+            cpu = measured(m)
+            started = time.monotonic()
+            proc = subprocess.Popen(command(m.path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            timed_out = False
+            try:
+                _, err = proc.communicate(timeout=timeout)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{client.name}: {command('MNT')[0]} failed: {err.strip()[-300:]}")
+                done = m.wait_uploaded(lambda: on_server_check(root), max(1.0, timeout - (time.monotonic() - started)))
+            except (TimeoutError, subprocess.TimeoutExpired):
+                proc.kill()
+                done, timed_out = time.monotonic(), True
+            used = cpu()
+            calls = bench.server.calls()
+            return {row: Sample(done - started, used, m.peak_rss_mib(), counted(calls), count(calls), timed_out)}
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                bench.log(f"    {command('MNT')[0]} (pid {proc.pid}) did not end after SIGKILL")
 
 
 # ----- listings -----
