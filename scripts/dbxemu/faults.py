@@ -170,13 +170,16 @@ class WriteGate:
 # Seconds' worth of bytes moved between two pauses of a paced connection: small enough that a
 # reader sees a steady stream (at 25 MB/s, 250 kB every 10 ms), large enough to cost little CPU.
 PACING_QUANTUM = 0.01
+# How far a paced connection may fall behind its schedule and still catch up: a sleep that
+# overran (a loaded machine wakes threads late) is made good, an idle pause is not.
+PACING_SLACK = 0.02
 
 
 class Throttle:
     """Paces one direction of one connection to the `bandwidth` setting (checked on every call),
     as a link of that speed would: each chunk leaves when the link is free and keeps it busy for
-    len/rate seconds. A link that sat idle is merely free: it has saved no credit to burst with,
-    so a kept-alive connection is paced the same after a pause as before it."""
+    len/rate seconds. A link that sat idle is merely free: it has saved at most PACING_SLACK of
+    credit to burst with, so a kept-alive connection is paced the same after a pause as before."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -192,6 +195,6 @@ class Throttle:
         if not rate:
             return
         now = time.monotonic()
-        self._free_at = max(self._free_at, now) + nbytes / rate
+        self._free_at = max(self._free_at, now - PACING_SLACK) + nbytes / rate
         if self._free_at > now:
             time.sleep(self._free_at - now)
