@@ -196,6 +196,11 @@ public protocol RemoteStore: Sendable {
     /// The content of an `exportOnly` file (by path or id), in its default export format.
     /// Has a default implementation that throws `.notFile`.
     func export(path: String) throws(RemoteError) -> ExportedFile
+
+    /// The URL of the shared link to the item at `path` itself (not one of a folder it is in),
+    /// or nil when it has none (the `user.dropbox.shared_link` attribute: SharedLinks.swift).
+    /// Has a default implementation: no links.
+    func sharedLink(path: String) throws(RemoteError) -> String?
 }
 
 /// What `export` gives: the bytes, and the rev of the file they were made from.
@@ -215,4 +220,6 @@ extension RemoteStore {
     public func export(path: String) throws(RemoteError) -> ExportedFile {
         throw .notFile("\(path): this remote cannot export files")
     }
+
+    public func sharedLink(path: String) throws(RemoteError) -> String? { nil }
 }
