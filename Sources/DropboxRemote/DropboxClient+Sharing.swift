@@ -76,7 +76,7 @@ extension DropboxClient {
         var arg: [String: JSON] = ["path": .string(path)]
         if !settings.isEmpty { arg["settings"] = .object(settings) }
         do throws(DropboxError) {
-            return try SharedLink(json: call(.rpc("sharing/create_shared_link_with_settings", errors: .lookup), arg: .object(arg)))
+            return try SharedLink(json: call(.rpc("sharing/create_shared_link_with_settings", errors: .sharedLink), arg: .object(arg)))
         } catch .route(.other(tag: "shared_link_already_exists"), _) {
             let existing: [SharedLink]
             do throws(DropboxError) { existing = try listSharedLinks(path: path, directOnly: true) } catch { throw .call(error) }
@@ -109,16 +109,13 @@ extension DropboxClient {
         return links
     }
 
-    /// CreateSharedLinkWithSettingsError, one case per member. The inner tag of `settings_error`
-    /// is read from `error_summary` ("settings_error/not_authorized/..."), the only place the
-    /// client's error type keeps it.
+    /// CreateSharedLinkWithSettingsError, one case per member.
     static func sharedLinkFailure(_ error: DropboxError) -> SharedLinkFailure {
-        guard case .route(let route, let summary) = error else { return .call(error) }
+        guard case .route(let route, _) = error else { return .call(error) }
         switch route {
         case .path(let lookup): return .path(lookup)
         case .other(tag: "email_not_verified"): return .emailNotVerified
-        case .other(tag: "settings_error"):
-            return summary.hasPrefix("settings_error/not_authorized") ? .settingsNotAuthorized : .invalidSettings
+        case .settingsError(let tag): return tag == "not_authorized" ? .settingsNotAuthorized : .invalidSettings
         case .other(tag: "access_denied"): return .accessDenied
         case .other(tag: "banned_member"): return .bannedMember
         case .other(tag: "too_many_shared_folders"): return .tooManySharedFolders

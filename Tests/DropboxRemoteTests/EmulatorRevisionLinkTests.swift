@@ -80,3 +80,22 @@ struct EmulatorRevisionLinkTests {
         try emulator.configure(["fail_rate": 0])
     }
 }
+
+/// CreateSharedLinkWithSettingsError decoded from recorded bodies, without a server.
+@Suite struct SharedLinkErrorDecodingTests {
+    private func failure(_ body: String) -> SharedLinkFailure {
+        DropboxClient.sharedLinkFailure(DropboxError.classify(status: 409, body: Data(body.utf8), contentType: "application/json",
+                                                              retryAfterHeader: nil, shape: .sharedLink))
+    }
+
+    @Test func eachMemberHasItsCase() {
+        #expect(failure(#"{"error_summary": "settings_error/not_authorized/..", "error": {".tag": "settings_error", "settings_error": {".tag": "not_authorized"}}}"#)
+                == .settingsNotAuthorized)
+        #expect(failure(#"{"error_summary": "settings_error/invalid_settings/..", "error": {".tag": "settings_error", "settings_error": {".tag": "invalid_settings"}}}"#)
+                == .invalidSettings)
+        #expect(failure(#"{"error_summary": "path/not_found/..", "error": {".tag": "path", "path": {".tag": "not_found"}}}"#)
+                == .path(.notFound))
+        #expect(failure(#"{"error_summary": "email_not_verified/..", "error": {".tag": "email_not_verified"}}"#) == .emailNotVerified)
+        #expect(failure(#"{"error_summary": "banned_member/..", "error": {".tag": "banned_member"}}"#) == .bannedMember)
+    }
+}

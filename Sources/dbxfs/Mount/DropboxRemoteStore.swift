@@ -313,7 +313,7 @@ final class DropboxRemoteStore: RemoteStore {
                     return tag == "insufficient_quota" ? .insufficientSpace : .invalidOperation("\(path): \(tag)")
                 default: return .other("\(path): \(summary.isEmpty ? tag : summary)")
                 }
-            case .uploadSession: return .other("\(path): \(summary)")
+            case .uploadSession, .settingsError: return .other("\(path): \(summary)")
             }
         case .auth(.missingScope(let scope), _):
             return .auth("\(path): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "
