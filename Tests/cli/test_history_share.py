@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import STATIC_TOKEN, Mount, needs_fuse, one_clear_line
+from conftest import STATIC_TOKEN, Emulator, Mount, needs_fuse, one_clear_line
 
 pytestmark = needs_fuse
 
@@ -235,6 +235,14 @@ def test_trash_lists_deleted_files_and_undelete_brings_one_back(cli, emulator, m
     assert [(d["path"], d["size"]) for d in document["deleted"]] == [(f"{base}/bye.txt", 3), (f"{base}/old/gone.txt", 12)]
     assert all(d["deleted_at"].endswith("Z") for d in document["deleted"])
 
+    # A deleted file's history, and its last revision's bytes, without bringing it back.
+    history = json.loads(run(cli, "history", "--json", str(base / "bye.txt")).stdout)
+    assert history["deleted"] is True and history["deleted_at"].endswith("Z")
+    assert [r["current"] for r in history["revisions"]] == [False]
+    old = subprocess.run([cli.binary, "cat", "--rev", history["revisions"][0]["rev"], str(base / "bye.txt")],
+                         capture_output=True, timeout=120, env=cli.env)
+    assert old.returncode == 0 and old.stdout == b"bye" and not (base / "bye.txt").exists()
+
     result = run(cli, "undelete", str(base / "old" / "gone.txt"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"Brought back {base}/old/gone.txt")
@@ -339,3 +347,24 @@ def test_every_command_says_dropbox_cannot_be_reached(cli, emulator, mountpoint,
         emulator.config(fail_rate=0)
     # Once Dropbox answers again, so do the commands.
     wait_for(lambda: run(cli, "history", path).returncode == 0, "history once Dropbox answers", timeout=60)
+
+
+def test_an_offline_mount_answers_at_once_that_dropbox_cannot_be_reached(cli, tmp_path):
+    """The emulator stopped: once the mount knows it is offline, every command says so without
+    trying (the fail_rate case above meets the failures on its own calls)."""
+    emulator = Emulator(tmp_path / "data", token=STATIC_TOKEN).start()
+    try:
+        emulator.upload("/f.txt", b"v1", mode="overwrite")
+        mountpoint = tmp_path / "mnt"
+        mountpoint.mkdir()
+        with Mount(cli, mountpoint, mount_args(cli, emulator), env=ENV):
+            assert (mountpoint / "f.txt").read_bytes() == b"v1"
+            emulator.stop()
+            wait_for(lambda: "offline" in json.loads(run(cli, "status", "--json", str(mountpoint)).stdout)["mounts"][0],
+                     "the mount to notice it is offline", timeout=60)
+            for args in (["history", "f.txt"], ["share", "f.txt"], ["trash", "."], ["undelete", "g.txt"]):
+                result = run(cli, *args, cwd=mountpoint)
+                line = one_clear_line(result)
+                assert result.returncode == 1 and "Dropbox cannot be reached" in line, (args, line)
+    finally:
+        emulator.stop()
