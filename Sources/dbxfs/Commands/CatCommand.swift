@@ -25,19 +25,13 @@ enum CatCommand {
     static let subcommand = Subcommand(name: "cat", summary: "write an old revision of a file to stdout", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "cat", usage: usage, accepts: ["--rev"]) {
+        let options: FileCommand.Arguments, target: MountPath
+        switch FileCommand.prepare(arguments, command: "cat", usage: usage, accepts: ["--rev"], requiresRev: true,
+                                   refuse: FileCommand.refuseFolder) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let prepared): (options, target) = prepared
         }
-        guard let typed = options.paths.first else { printError("missing PATH (see dbxfs cat --help)"); return 2 }
-        guard let rev = options.rev else { printError("missing --rev REV: which revision to write (dbxfs history PATH lists them)"); return 2 }
-        let target: MountPath
-        switch FileCommand.target(typed) {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        if target.isDirectory == true { printError("\(target.shown) is a folder: only files have revisions"); return 1 }
+        let rev = options.rev ?? ""
         let output = FileHandle.standardOutput
         var hasher = DropboxContentHasher()
         var written: UInt64 = 0

@@ -67,6 +67,51 @@ enum FileCommand {
         return .value(parsed)
     }
 
+    /// What a file command needs before it asks: its options and the path, on a mount, that passed
+    /// the command's own check (`refuse` returns a sentence for a path it does not take: exit 1).
+    /// `defaultPath` stands in when none is given; without one a missing PATH is bad usage.
+    static func prepare(_ arguments: [String], command: String, usage: String, accepts: Set<String>,
+                        requiresRev: Bool = false, defaultPath: String? = nil,
+                        refuse: (MountPath) -> String? = { _ in nil }) -> Step<(Arguments, MountPath)> {
+        let options: Arguments
+        switch parse(arguments, command: command, usage: usage, accepts: accepts) {
+        case .exit(let status): return .exit(status)
+        case .value(let parsed): options = parsed
+        }
+        guard let typed = options.paths.first ?? defaultPath else {
+            printError("missing PATH (see dbxfs \(command) --help)")
+            return .exit(2)
+        }
+        if requiresRev && options.rev == nil {
+            printError("missing --rev REV: which revision (dbxfs history PATH lists them)")
+            return .exit(2)
+        }
+        switch target(typed) {
+        case .exit(let status): return .exit(status)
+        case .value(let found):
+            if let refusal = refuse(found) { printError(refusal); return .exit(1) }
+            return .value((options, found))
+        }
+    }
+
+    /// A file, not a folder: what history, cat and restore take.
+    static func refuseFolder(_ target: MountPath) -> String? {
+        target.isDirectory == true ? "\(target.shown) is a folder: only files have revisions" : nil
+    }
+
+    /// Asks the daemon and prints its answer: with `--json` the report (without the daemon's pid),
+    /// else `text` of it. Returns the exit status.
+    static func answer<T: FileCommandAnswer>(_ command: String, _ file: FileRequest, at target: MountPath, json: Bool,
+                                             as type: T.Type, text: (T) -> String) -> Int32 {
+        switch ask(command, file, at: target, as: T.self) {
+        case .exit(let status): return status
+        case .value(var report):
+            report.pid = nil
+            if json { printJSON(report) } else { print(text(report)) }
+            return 0
+        }
+    }
+
     /// The mount `typed` is on (exit 3 when none; 1 when its socket is not to be trusted).
     static func target(_ typed: String) -> Step<MountPath> {
         do { return .value(try MountPath.resolve(typed)) } catch {

@@ -25,27 +25,13 @@ enum HistoryCommand {
     static let subcommand = Subcommand(name: "history", summary: "list the revisions Dropbox keeps of a file", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "history", usage: usage, accepts: ["--json", "--limit"]) {
+        switch FileCommand.prepare(arguments, command: "history", usage: usage, accepts: ["--json", "--limit"],
+                                   refuse: FileCommand.refuseFolder) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let (options, target)):
+            return FileCommand.answer("history", FileRequest(path: target.relative, limit: options.limit), at: target,
+                                      json: options.json, as: HistoryReport.self, text: render)
         }
-        guard let typed = options.paths.first else { printError("missing PATH (see dbxfs history --help)"); return 2 }
-        let target: MountPath
-        switch FileCommand.target(typed) {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        if target.isDirectory == true { printError("\(target.shown) is a folder: only files have revisions"); return 1 }
-        var report: HistoryReport
-        switch FileCommand.ask("history", FileRequest(path: target.relative, limit: options.limit), at: target, as: HistoryReport.self) {
-        case .exit(let status): return status
-        case .value(let answer): report = answer
-        }
-        report.pid = nil
-        if options.json { FileCommand.printJSON(report); return 0 }
-        print(render(report))
-        return 0
     }
 
     static func render(_ report: HistoryReport) -> String {

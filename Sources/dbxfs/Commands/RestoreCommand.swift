@@ -26,28 +26,15 @@ enum RestoreCommand {
     static let subcommand = Subcommand(name: "restore", summary: "make an older revision of a file current again", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "restore", usage: usage, accepts: ["--rev", "--json"]) {
+        switch FileCommand.prepare(arguments, command: "restore", usage: usage, accepts: ["--rev", "--json"], requiresRev: true,
+                                   refuse: FileCommand.refuseFolder) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let (options, target)):
+            return FileCommand.answer("restore", FileRequest(path: target.relative, rev: options.rev), at: target,
+                                      json: options.json, as: RestoreReport.self) { report in
+                report.unchanged ? "\(report.path) already has the content of revision \(report.restoredRev): nothing to restore."
+                    : "Restored \(report.path) to revision \(report.restoredRev) (\(report.size) bytes); its current revision is now \(report.rev)."
+            }
         }
-        guard let typed = options.paths.first else { printError("missing PATH (see dbxfs restore --help)"); return 2 }
-        guard let rev = options.rev else { printError("missing --rev REV: which revision to restore (dbxfs history PATH lists them)"); return 2 }
-        let target: MountPath
-        switch FileCommand.target(typed) {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        if target.isDirectory == true { printError("\(target.shown) is a folder: only files have revisions"); return 1 }
-        var report: RestoreReport
-        switch FileCommand.ask("restore", FileRequest(path: target.relative, rev: rev), at: target, as: RestoreReport.self) {
-        case .exit(let status): return status
-        case .value(let answer): report = answer
-        }
-        report.pid = nil
-        if options.json { FileCommand.printJSON(report); return 0 }
-        print(report.unchanged ? "\(report.path) already has the content of revision \(rev): nothing to restore."
-              : "Restored \(report.path) to revision \(rev) (\(report.size) bytes); its current revision is now \(report.rev).")
-        return 0
     }
 }

@@ -30,26 +30,11 @@ enum ShareCommand {
     static let subcommand = Subcommand(name: "share", summary: "print a shared link to a file or folder", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "share", usage: usage, accepts: ["--json", "--expires", "--password"]) {
+        switch FileCommand.prepare(arguments, command: "share", usage: usage, accepts: ["--json", "--expires", "--password"]) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let (options, target)):
+            let request = FileRequest(path: target.relative, expires: options.expires, password: options.password)
+            return FileCommand.answer("share", request, at: target, json: options.json, as: ShareReport.self) { $0.url }
         }
-        guard let typed = options.paths.first else { printError("missing PATH (see dbxfs share --help)"); return 2 }
-        let target: MountPath
-        switch FileCommand.target(typed) {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        var report: ShareReport
-        let request = FileRequest(path: target.relative, expires: options.expires, password: options.password)
-        switch FileCommand.ask("share", request, at: target, as: ShareReport.self) {
-        case .exit(let status): return status
-        case .value(let answer): report = answer
-        }
-        report.pid = nil
-        if options.json { FileCommand.printJSON(report); return 0 }
-        print(report.url)
-        return 0
     }
 }

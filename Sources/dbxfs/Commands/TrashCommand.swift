@@ -23,38 +23,28 @@ enum TrashCommand {
     static let subcommand = Subcommand(name: "trash", summary: "list the deleted files of a folder", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "trash", usage: usage, accepts: ["--json"]) {
+        let refuseFile = { (target: MountPath) -> String? in
+            target.isDirectory == false
+                ? "\(target.shown) is a file: trash lists what was deleted in a folder (dbxfs history lists the revisions of a file)"
+                : nil
+        }
+        switch FileCommand.prepare(arguments, command: "trash", usage: usage, accepts: ["--json"], defaultPath: ".", refuse: refuseFile) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let (options, target)):
+            return FileCommand.answer("trash", FileRequest(path: target.relative), at: target, json: options.json,
+                                      as: TrashReport.self, text: render)
         }
-        let target: MountPath
-        switch FileCommand.target(options.paths.first ?? ".") {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        if target.isDirectory == false {
-            printError("\(target.shown) is a file: trash lists what was deleted in a folder (dbxfs history lists the revisions of a file)")
-            return 1
-        }
-        var report: TrashReport
-        switch FileCommand.ask("trash", FileRequest(path: target.relative), at: target, as: TrashReport.self) {
-        case .exit(let status): return status
-        case .value(let answer): report = answer
-        }
-        report.pid = nil
-        if options.json { FileCommand.printJSON(report); return 0 }
-        guard !report.deleted.isEmpty else {
-            print("Dropbox keeps no deleted files in \(report.folder).")
-            return 0
-        }
+    }
+
+    static func render(_ report: TrashReport) -> String {
+        guard !report.deleted.isEmpty else { return "Dropbox keeps no deleted files in \(report.folder)." }
         let sizeWidth = max(4, report.deleted.map { String($0.size).count }.max() ?? 0)
-        print("DELETED (UTC)        " + String(repeating: " ", count: sizeWidth - 4) + "SIZE  PATH")
+        var lines = ["DELETED (UTC)        " + String(repeating: " ", count: sizeWidth - 4) + "SIZE  PATH"]
         for file in report.deleted {
             let when = file.deletedAt.map(FileCommand.time) ?? "?".padding(toLength: 19, withPad: " ", startingAt: 0)
             let size = String(repeating: " ", count: sizeWidth - String(file.size).count) + String(file.size)
-            print(when + "  " + size + "  " + file.path)
+            lines.append(when + "  " + size + "  " + file.path)
         }
-        return 0
+        return lines.joined(separator: "\n")
     }
 }

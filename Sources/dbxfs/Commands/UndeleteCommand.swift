@@ -23,25 +23,13 @@ enum UndeleteCommand {
     static let subcommand = Subcommand(name: "undelete", summary: "bring back a deleted file", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        let options: FileCommand.Arguments
-        switch FileCommand.parse(arguments, command: "undelete", usage: usage, accepts: ["--json"]) {
+        switch FileCommand.prepare(arguments, command: "undelete", usage: usage, accepts: ["--json"]) {
         case .exit(let status): return status
-        case .value(let parsed): options = parsed
+        case .value(let (options, target)):
+            return FileCommand.answer("undelete", FileRequest(path: target.relative), at: target, json: options.json,
+                                      as: RestoreReport.self) { report in
+                "Brought back \(report.path) at revision \(report.restoredRev) (\(report.size) bytes)."
+            }
         }
-        guard let typed = options.paths.first else { printError("missing PATH (see dbxfs undelete --help)"); return 2 }
-        let target: MountPath
-        switch FileCommand.target(typed) {
-        case .exit(let status): return status
-        case .value(let found): target = found
-        }
-        var report: RestoreReport
-        switch FileCommand.ask("undelete", FileRequest(path: target.relative), at: target, as: RestoreReport.self) {
-        case .exit(let status): return status
-        case .value(let answer): report = answer
-        }
-        report.pid = nil
-        if options.json { FileCommand.printJSON(report); return 0 }
-        print("Brought back \(report.path) at revision \(report.restoredRev) (\(report.size) bytes).")
-        return 0
     }
 }

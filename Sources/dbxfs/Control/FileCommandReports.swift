@@ -7,6 +7,15 @@
 /// carry `path` as the absolute path on the mount, which is what users see and type.
 import Foundation
 
+/// A file command's answer: the daemon names itself (ControlTrust); the commands print it without.
+protocol FileCommandAnswer: Codable, ControlAnswer {
+    var pid: Int32? { get set }
+}
+
+extension FileCommandAnswer {
+    var daemonPID: Int32? { pid }
+}
+
 /// What a file command names (`ControlRequest.file`).
 struct FileRequest: Codable, Sendable {
     /// Relative to the mount root: "" or "/a/b".
@@ -34,7 +43,7 @@ struct RevisionReport: Codable, Sendable {
 }
 
 /// `dbxfs history PATH`.
-struct HistoryReport: Codable, Sendable, ControlAnswer {
+struct HistoryReport: FileCommandAnswer, Sendable {
     var path: String
     /// No file is at the path now: it was deleted (or moved away), at `deletedAt` when known.
     var deleted: Bool
@@ -44,11 +53,10 @@ struct HistoryReport: Codable, Sendable, ControlAnswer {
     /// Dropbox keeps older revisions than these.
     var hasMore: Bool
     var pid: Int32?
-    var daemonPID: Int32? { pid }
 }
 
 /// `dbxfs restore PATH --rev REV` and `dbxfs undelete PATH`.
-struct RestoreReport: Codable, Sendable, ControlAnswer {
+struct RestoreReport: FileCommandAnswer, Sendable {
     var path: String
     /// The revision asked for.
     var restoredRev: String
@@ -59,7 +67,6 @@ struct RestoreReport: Codable, Sendable, ControlAnswer {
     var size: UInt64
     var contentHash: String?
     var pid: Int32?
-    var daemonPID: Int32? { pid }
 }
 
 /// One deleted file (`dbxfs trash`).
@@ -73,16 +80,15 @@ struct DeletedFileReport: Codable, Sendable {
 }
 
 /// `dbxfs trash [FOLDER]`.
-struct TrashReport: Codable, Sendable, ControlAnswer {
+struct TrashReport: FileCommandAnswer, Sendable {
     var folder: String
     /// Path order.
     var deleted: [DeletedFileReport]
     var pid: Int32?
-    var daemonPID: Int32? { pid }
 }
 
 /// `dbxfs share PATH`.
-struct ShareReport: Codable, Sendable, ControlAnswer {
+struct ShareReport: FileCommandAnswer, Sendable {
     var path: String
     var url: String
     var expires: Date?
@@ -90,16 +96,14 @@ struct ShareReport: Codable, Sendable, ControlAnswer {
     /// The link existed already (Dropbox keeps one link per file or folder).
     var reused: Bool
     var pid: Int32?
-    var daemonPID: Int32? { pid }
 }
 
 /// `dbxfs cat PATH --rev REV`: this header line, then exactly `size` bytes of the revision.
-struct CatHeader: Codable, Sendable, ControlAnswer {
+struct CatHeader: FileCommandAnswer, Sendable {
     var path: String
     var rev: String
     var size: UInt64
     /// Dropbox's content hash of the revision: the client checks the bytes it got against it.
     var contentHash: String?
     var pid: Int32?
-    var daemonPID: Int32? { pid }
 }
