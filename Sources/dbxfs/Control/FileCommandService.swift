@@ -156,8 +156,12 @@ final class FileCommandService: Sendable {
         let gone = deleted.keys.filter { !live.contains($0) }.sorted()
         // A deleted path with deleted paths under it was a folder: no call for it.
         var folders = Set<String>()
-        for (index, lower) in gone.enumerated() where index + 1 < gone.count && gone[index + 1].hasPrefix(lower + "/") {
-            folders.insert(lower)
+        for lower in gone {
+            var ancestor = Substring(lower)
+            while let slash = ancestor.lastIndex(of: "/"), slash != ancestor.startIndex {
+                ancestor = ancestor[..<slash]
+                folders.insert(String(ancestor))
+            }
         }
         var files: [DeletedFileReport] = []
         for lower in gone where !folders.contains(lower) {
