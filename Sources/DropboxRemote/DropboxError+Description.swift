@@ -142,6 +142,7 @@ extension RouteError: CustomStringConvertible {
         case .to(let error): "the target: \(error)"
         case .uploadSession(let error): error.description
         case .reset: "the change cursor is no longer valid (reset)"
+        case .settingsError(let tag): "the shared link settings were refused (\(tag))"
         case .other(let tag): tag
         }
     }

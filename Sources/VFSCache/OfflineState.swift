@@ -134,4 +134,5 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
     public func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.copy(from: from, to: to) } }
     public func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try pass { () throws(RemoteError) in try base.spaceUsage() } }
     public func export(path: String) throws(RemoteError) -> ExportedFile { try pass { () throws(RemoteError) in try base.export(path: path) } }
+    public func sharedLink(path: String) throws(RemoteError) -> String? { try pass { () throws(RemoteError) in try base.sharedLink(path: path) } }
 }

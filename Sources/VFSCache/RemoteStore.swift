@@ -199,6 +199,11 @@ public protocol RemoteStore: Sendable {
     /// The content of an `exportOnly` file (by path or id), in its default export format.
     /// Has a default implementation that throws `.other` (a remote without exports).
     func export(path: String) throws(RemoteError) -> ExportedFile
+
+    /// The URL of the shared link to the item at `path` itself (not one of a folder it is in),
+    /// or nil when it has none (the `user.dropbox.shared_link` attribute: SharedLinks.swift).
+    /// Has a default implementation: no links.
+    func sharedLink(path: String) throws(RemoteError) -> String?
 }
 
 /// What `export` gives: the bytes, and the rev of the file they were made from.
@@ -218,4 +223,6 @@ extension RemoteStore {
     public func export(path: String) throws(RemoteError) -> ExportedFile {
         throw .other("\(path): this remote cannot export files")
     }
+
+    public func sharedLink(path: String) throws(RemoteError) -> String? { nil }
 }

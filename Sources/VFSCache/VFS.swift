@@ -30,6 +30,8 @@ public final class VFS: FilesystemOperations, Sendable {
     let localFiles = LocalFiles()
     /// The exports of files Dropbox cannot download (ExportedFiles.swift).
     let exported: ExportedFiles
+    /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
+    let sharedLinks: SharedLinks
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -99,6 +101,7 @@ public final class VFS: FilesystemOperations, Sendable {
         blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
         spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
         exported = ExportedFiles(remote: remote, log: logger)
+        sharedLinks = SharedLinks(remote: remote, clock: clock)
         relay.connect { [weak self] event in self?.handleWriteBackEvent(event) }
     }
 
@@ -396,6 +399,7 @@ public final class VFS: FilesystemOperations, Sendable {
 
     public func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8] {
         guard let node = metadata.node(ino) else { throw .noEntry }
+        if name == ExtendedAttributes.sharedLink { return try sharedLinkAttribute(of: node) }
         guard let value = ExtendedAttributes.value(name, of: node) else { throw .noData }
         return Array(value.utf8)
     }

@@ -53,7 +53,7 @@ enum SwiftSpelling {
         + lookupErrors.map { .pathLookup($0) } + writeErrors.map { .pathWriteOnDelete($0) }
         + lookupErrors.map { .fromLookup($0) } + writeErrors.map { .fromWrite($0) } + writeErrors.map { .to($0) }
         + sessionErrors.map { .uploadSession($0) }
-        + [.reset, .other(tag: "cant_move_folder_into_itself"), .other(tag: "too_many_files"), .other(tag: "insufficient_quota"),
+        + [.reset, .settingsError("not_authorized"), .other(tag: "cant_move_folder_into_itself"), .other(tag: "too_many_files"), .other(tag: "insufficient_quota"),
            .other(tag: "cant_nest_shared_folder"), .other(tag: "duplicated_or_nested_paths"), .other(tag: "content_hash_mismatch")]
     static let authErrors: [AuthError] = [
         .invalidAccessToken, .invalidSelectUser, .invalidSelectAdmin, .userSuspended, .expiredAccessToken,
@@ -116,6 +116,7 @@ enum SwiftSpelling {
         case .uploadSession: 7
         case .reset: 8
         case .other: 9
+        case .settingsError: 10
         }
     }
     static func index(_ error: LookupError) -> Int {
@@ -210,7 +211,7 @@ enum SwiftSpelling {
 
     @Test func everyCaseHasASample() {
         #expect(Set(Self.dropboxErrors.map(Self.index)) == Set(0...10))
-        #expect(Set(Self.routeErrors.map(Self.index)) == Set(0...9))
+        #expect(Set(Self.routeErrors.map(Self.index)) == Set(0...10))
         #expect(Set(Self.lookupErrors.map(Self.index)) == Set(0...7))
         #expect(Set(Self.conflicts.map(Self.index)) == Set(0...3))
         #expect(Set(Self.writeErrors.map(Self.index)) == Set(0...9))

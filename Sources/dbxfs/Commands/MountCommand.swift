@@ -82,7 +82,8 @@ enum MountCommand {
         var control: ControlServer?
         if let device = session.ownMount?.device {
             do {
-                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource, logger: logger)
+                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource,
+                                            files: backend.fileCommands, logger: logger)
             } catch {
                 logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
             }

@@ -158,10 +158,12 @@ struct SyncReport: Codable, Sendable {
 
 /// A request on the control socket: one JSON object on one line.
 struct ControlRequest: Codable, Sendable {
-    /// "status" or "sync".
+    /// "status", "sync", or a file command (FileCommandService.commands).
     var command: String
     /// sync: how long to wait (seconds).
     var timeoutSeconds: Double?
+    /// A file command's path and options (FileCommandReports.swift).
+    var file: FileRequest?
 }
 
 /// An error answer on the control socket.

@@ -318,7 +318,7 @@ final class DropboxRemoteStore: RemoteStore {
                     if let refusal = Self.refusals[tag] { return .invalidOperation("\(subject): \(refusal) (\(tag))") }
                     return .other("\(subject): \(error)")
                 }
-            case .uploadSession: return .other("\(subject): \(error)")
+            case .uploadSession, .settingsError: return .other("\(subject): \(error)")
             }
         case .auth(.missingScope(let scope), _):
             return .auth("\(subject): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "

@@ -22,6 +22,8 @@ struct MountBackend: CustomStringConvertible {
     let statusSource: MountStatusSource
     /// The cache directory's lock, held until the process exits (nil: no cache directory).
     var cacheLock: CacheDirectoryLock?
+    /// `dbxfs history`, `restore`, `share`, ... (Control/FileCommandService.swift); nil in memory.
+    var fileCommands: FileCommandService?
     /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
     var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
     /// Called as soon as the daemon starts to stop, before the FUSE loop has ended: waiting
@@ -204,7 +206,18 @@ struct MountBackend: CustomStringConvertible {
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
-        backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
+        // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
+        let commandClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                                             retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot),
+                                          tokens: credentials.tokens)
+        let commandSink = ForwardingInvalidationSink()
+        backend.fileCommands = FileCommandService(
+            store: DropboxRemoteStore(client: commandClient, root: options.root, rootLower: rootLower, log: logger),
+            vfs: vfs, offline: offline, sink: commandSink, logger: logger)
+        backend.startChangeWatcher = { sink in
+            commandSink.connect(sink)
+            feed?.start(sink: sink)
+        }
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)
             vfs?.writeBack?.stopWaiting(by: deadline)
