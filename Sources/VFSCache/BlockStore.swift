@@ -105,7 +105,7 @@ final class BlockStore: @unchecked Sendable {
             let cause = error == .timedOut ? "not fetched within \(config.readTimeout) s" : failure?.cause ?? "\(error)"
             let from = request.range.lowerBound + UInt64(within.lowerBound)
             let to = request.range.lowerBound + UInt64(within.upperBound)
-            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(from)..<\(to) failed: \(cause)")
+            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(from) to \(to) failed: \(cause)")
             throw error == .timedOut ? .io : error
         }
     }
@@ -461,8 +461,8 @@ final class BlockStore: @unchecked Sendable {
     private func recordFailure(of requests: [BlockRequest], _ failure: FetchFailure) {
         guard let first = requests.first, let last = requests.last else { return }
         let blocks = !first.key.isWholeBlock
-            ? "bytes \(first.range.lowerBound)..<\(last.range.upperBound)"
-            : first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index)...\(last.key.index)"
+            ? "bytes \(first.range.lowerBound) to \(last.range.upperBound)"
+            : first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index) to \(last.key.index)"
         log.debug("download of \(first.path) \(blocks) failed: \(failure.cause)")
         failures.withLock { causes in
             if causes.count > 256 { causes.removeAll() }

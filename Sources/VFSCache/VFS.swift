@@ -30,6 +30,8 @@ public final class VFS: FilesystemOperations, Sendable {
     let localFiles = LocalFiles()
     /// The exports of files Dropbox cannot download (ExportedFiles.swift).
     let exported: ExportedFiles
+    /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
+    let sharedLinks: SharedLinks
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -99,6 +101,7 @@ public final class VFS: FilesystemOperations, Sendable {
         blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
         spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
         exported = ExportedFiles(remote: remote, log: logger)
+        sharedLinks = SharedLinks(remote: remote, clock: clock)
         relay.connect { [weak self] event in self?.handleWriteBackEvent(event) }
     }
 
@@ -394,10 +397,15 @@ public final class VFS: FilesystemOperations, Sendable {
 
     // MARK: Filesystem-wide
 
-    public func statfs() throws(Errno) -> FilesystemStats { try spaceUsage.stats() }
+    public func statfs() throws(Errno) -> FilesystemStats {
+        var stats = try spaceUsage.stats()
+        stats.usedFiles = UInt64(metadata.nodeCount)
+        return stats
+    }
 
     public func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8] {
         guard let node = metadata.node(ino) else { throw .noEntry }
+        if name == ExtendedAttributes.sharedLink { return try sharedLinkAttribute(of: node) }
         guard let value = ExtendedAttributes.value(name, of: node) else { throw .noData }
         return Array(value.utf8)
     }

@@ -15,7 +15,7 @@ public enum WriteBackEvent: Sendable, Equatable {
 }
 
 /// Why a wait for the write-back ended without the commit.
-public enum WriteBackError: Error, Sendable, Equatable {
+public enum WriteBackError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The latest attempt failed with an error that retrying soon won't fix (insufficient space,
     /// a refused name, auth). The file stays journaled and is retried later.
     case failed(RemoteError)
@@ -23,6 +23,19 @@ public enum WriteBackError: Error, Sendable, Equatable {
     case timedOut(lastError: RemoteError?)
     /// The engine was shut down.
     case stopped
+
+    /// What fsync's warning says.
+    public var description: String { description(about: nil) }
+
+    /// The sentence for a line that already names `path` (RemoteError.description(about:)).
+    public func description(about path: String?) -> String {
+        func told(_ error: RemoteError) -> String { path.map { error.description(about: $0) } ?? "\(error)" }
+        return switch self {
+        case .failed(let error): told(error)
+        case .timedOut(let error): "not on Dropbox yet after the wait\(error.map { " (the last attempt: \(told($0)))" } ?? "")"
+        case .stopped: "the uploads stopped (the mount is shutting down); the file stays journaled for the next mount"
+        }
+    }
 
     /// For fsync: ENOSPC for insufficient space, EIO otherwise.
     public var errno: Errno {
@@ -60,6 +73,8 @@ public struct PendingUpload: Sendable, Equatable {
     /// False for a close that could not be journaled (FailedCloses.swift): not crash-safe, and
     /// not kept for the next mount if the daemon exits first.
     public var journaled = true
+    /// When the next attempt may start (after a failure's back-off); nil when it may start now.
+    public var nextAttemptAt: Date? = nil
 }
 
 public struct UploadErrorReport: Sendable, Equatable {
@@ -78,4 +93,6 @@ public struct WriteBackStatus: Sendable, Equatable {
     public var recentErrors: [UploadErrorReport]
     /// The last attempt found Dropbox unreachable; uploads resume on their own.
     public var offline: Bool
+    /// Every upload waits until then (Dropbox unreachable, or asking to slow down); nil: none do.
+    public var pausedUntil: Date? = nil
 }

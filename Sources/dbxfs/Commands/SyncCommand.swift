@@ -77,7 +77,7 @@ enum SyncCommand {
             return 0
         }
         let timedOut = report.waitedSeconds >= seconds - 0.5
-        printError("\(report.left.count) file(s) written to \(target.mountpoint) are not on Dropbox yet\(timedOut ? " after \(Int(seconds)) s" : ""):")
+        printError("\(counted(report.left.count, "file", "files")) written to \(target.mountpoint) \(report.left.count == 1 ? "is" : "are") not on Dropbox yet\(timedOut ? " after \(Int(seconds)) s" : ""):")
         for item in report.left {
             let why = item.lastError ?? (item.openForWriting ? "still open for writing" : item.state)
             FileHandle.standardError.write(Data("  \(item.path): \(why)\n".utf8))

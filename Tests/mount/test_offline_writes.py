@@ -1,0 +1,78 @@
+"""Writes while Dropbox cannot be reached: a file written is kept in the journal and uploaded once
+Dropbox answers, while changes of the namespace (mkdir, and so `cp -r` of a folder; rename;
+unlink) go to Dropbox at once and fail. They must fail in a way that says what happened:
+ENETUNREACH ("Network is unreachable", which cp, mkdir and rsync print), a log line that says the
+change needs Dropbox, and `dbxfs status` showing the mount offline and what that means."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mount_support import TOKEN, Emulator, mount_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "Tests" / "support"))
+from messages import swift_spellings  # noqa: E402
+from mounting import wait_until  # noqa: E402
+
+
+def status_of(binary, mountpoint, *args):
+    result = subprocess.run([binary, "status", *args, str(mountpoint)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def offline_emulator(tmp_path):
+    """An emulator of this test's own: it is stopped while mounted."""
+    emu = Emulator(tmp_path / "emulator" / "data", token=TOKEN).start()
+    yield emu
+    emu.stop()
+
+
+def test_folder_changes_offline_fail_with_enetunreach_and_status_says_why(dbxfs_binary, offline_emulator, tmp_path):
+    emu = offline_emulator
+    source = tmp_path / "src" / "tree"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.txt").write_text("a\n")
+    (source / "sub" / "b.txt").write_text("b\n")
+    m = mount_of(dbxfs_binary, emu, tmp_path)
+    root = Path(m.path)
+    with m:
+        (root / "kept").mkdir()
+        (root / "kept" / "old.txt").write_text("old\n")
+        subprocess.run([dbxfs_binary, "sync", m.path], check=True, capture_output=True, timeout=60)
+        emu.stop()
+        try:
+            wait_until(lambda: json.loads(status_of(dbxfs_binary, m.path, "--json"))["mounts"][0].get("offline"), timeout=60)
+
+            # A file is queued: written and closed without error.
+            (root / "queued.txt").write_text("queued while offline\n")
+            # A folder cannot be: cp -r fails on its mkdir, and says why.
+            copy = subprocess.run(["cp", "-r", str(source), m.path], capture_output=True, text=True, timeout=120)
+            print(copy.stderr)
+            assert copy.returncode != 0
+            assert "Network is unreachable" in copy.stderr, copy.stderr
+            with pytest.raises(OSError) as failure:
+                os.mkdir(root / "new-folder")
+            assert failure.value.errno == errno.ENETUNREACH
+            with pytest.raises(OSError) as failure:
+                os.rename(root / "kept" / "old.txt", root / "kept" / "renamed.txt")
+            assert failure.value.errno == errno.ENETUNREACH
+
+            text = status_of(dbxfs_binary, m.path)
+            print(text)
+            assert "offline since" in text
+            assert "making folders, renaming and deleting need Dropbox" in text
+            log = m.read_log()
+            assert "mkdir /tree" in log and "needs Dropbox" in log, log[-3000:]
+        finally:
+            emu.start()   # same data, same port
+        result = subprocess.run([dbxfs_binary, "sync", "--timeout", "120", m.path], capture_output=True, text=True, timeout=150)
+        assert result.returncode == 0, result.stderr + m.read_log()[-3000:]
+        assert swift_spellings(m.read_log()) == [], swift_spellings(m.read_log())
+    assert emu.download("/queued.txt") == b"queued while offline\n"
