@@ -34,6 +34,17 @@ import Testing
         return done.wait(timeout: .now() + seconds) == .success ? result.withLock { $0 } : nil
     }
 
+    /// `bytes` (what the handle returned so far) followed by the rest of the file, read on through
+    /// the same handle in 1 MiB reads, as `cat` would (so its content-hash check sees every read).
+    private func readOn(_ vfs: VFS, _ file: InodeNumber, _ handle: HandleID, after bytes: [UInt8]) throws -> [UInt8] {
+        var all = bytes
+        while true {
+            let more = try vfs.read(file, handle: handle, offset: UInt64(all.count), size: 1 << 20)
+            if more.isEmpty { return all }
+            all += more
+        }
+    }
+
     /// A 4 KiB read at a random offset downloads an aligned fragment around it, not 4 MiB; the
     /// next read in the same fragment downloads nothing; a whole sequential read afterwards
     /// fetches whole blocks (the fragments do not count for it) and is checked.
@@ -159,12 +170,7 @@ import Testing
         #expect(first != nil, "the first read returned only once its whole block had arrived")
         if let first { #expect(first == Array(data[0..<(16 << 10)])) }
 
-        var all = first ?? []
-        while all.count < data.count {
-            let bytes = try vfs.read(file, handle: handle, offset: UInt64(all.count), size: 1 << 20)
-            if bytes.isEmpty { break }
-            all += bytes
-        }
+        let all = try readOn(vfs, file, handle, after: first ?? [])
         vfs.release(file, handle: handle)
         #expect(all == data)
         #expect(log.contains("content hash verified"))
@@ -190,12 +196,7 @@ import Testing
         #expect(try vfs.read(file, handle: handle, offset: 0, size: 512 << 10) == Array(data[0..<(512 << 10)]))
         vfs.waitUntilIdle()
         remote.cutDownloadsAfter.withLock { $0 = nil }
-        var all = Array(data[0..<(512 << 10)])
-        while all.count < data.count {
-            let bytes = try vfs.read(file, handle: handle, offset: UInt64(all.count), size: 1 << 20)
-            if bytes.isEmpty { break }
-            all += bytes
-        }
+        let all = try readOn(vfs, file, handle, after: Array(data[0..<(512 << 10)]))
         vfs.release(file, handle: handle)
         #expect(all == data)
         #expect(!log.contains("content hash verified"))
