@@ -82,6 +82,7 @@ extension VFS {
         }
         changed = [path]
         for revision in stale { blocks.purge(fileID: revision.fileID, rev: revision.rev) }
+        noteTreeChanged()   // a pinned file's restored revision is fetched for offline use
         if let restoredIno, let file = localFiles.existing(restoredIno) {
             // Bytes kept from an earlier write are the old version's: a later write starts from
             // the restored revision instead.
@@ -92,7 +93,7 @@ extension VFS {
 
     /// The node at `path` (relative to the mount root), listing the folders on the way as a
     /// lookup would; nil when a component is absent.
-    private func listedNode(at path: String) throws(Errno) -> Node? {
+    func listedNode(at path: String) throws(Errno) -> Node? {
         var node = metadata.node(rootInode)
         for component in path.split(separator: "/") {
             guard let folder = node, folder.isDirectory else { return nil }
