@@ -232,10 +232,14 @@ public final class PinnedFiles: @unchecked Sendable {
     }
 
     /// Every pin, in path order, with where its files stand.
-    public func list() -> [PinSummary] { summaries() }
+    public func list() -> [PinSummary] {
+        reconcileIfWanted()
+        return summaries()
+    }
 
     /// All pinned files together (a file under two pins counts once); nil when nothing is pinned.
     public func totals() -> (pins: Int, counts: PinCounts, diskBytes: Int64)? {
+        reconcileIfWanted()
         let (pins, counts) = condition.withLock { () -> (Int, PinCounts) in
             (state.pins.count, Self.count(state.files.values))
         }
@@ -311,6 +315,12 @@ public final class PinnedFiles: @unchecked Sendable {
     }
 
     private func reconcile() { reconciling.withLock { _ in reconcileLocked() } }
+
+    /// A tree change not looked at yet is looked at now, so an answer never shows pinned files
+    /// as current at a revision the tree has already replaced.
+    private func reconcileIfWanted() {
+        if condition.withLock({ state.reconcileWanted }) { reconcile() }
+    }
 
     /// Brings the pinned files in line with the tree: new files and new revisions are queued, files
     /// no longer under a pin are dropped, and the disk cache keeps exactly the pinned files.
