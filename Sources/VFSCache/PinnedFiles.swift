@@ -108,7 +108,7 @@ public final class PinnedFiles: @unchecked Sendable {
         var queue: [String] = []
         var reconcileWanted = true
         var stopping = false
-        var thread: Thread?
+        var running = false
     }
 
     private let vfs: VFS
@@ -141,18 +141,27 @@ public final class PinnedFiles: @unchecked Sendable {
     /// Starts the pin thread: checks every pinned file, then follows the tree's changes.
     public func start() {
         vfs.observeTreeChanges { [weak self] in self?.treeChanged() }
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            run()
+            condition.withLock {
+                state.running = false
+                condition.broadcast()
+            }
+        }
         thread.name = "dbxfs-pins"
-        condition.withLock { state.thread = thread }
+        condition.withLock { state.running = true }
         thread.start()
     }
 
-    /// Stops the thread (a fetch under way ends after its current block).
-    public func stop() {
-        condition.withLock {
-            state.stopping = true
-            condition.broadcast()
-        }
+    /// Stops the thread: a fetch under way ends after its current block, which this waits for
+    /// (up to `timeout` seconds), so nothing is written to the disk cache after the mount stops.
+    public func stop(timeout: Double = 10) {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        state.stopping = true
+        condition.broadcast()
+        while state.running, condition.wait(until: deadline) {}
     }
 
     /// The change feed changed the tree: the pin thread looks at what pinned files need.
