@@ -85,6 +85,15 @@ def test_a_pinned_folder_follows_changes_survives_a_remount_and_reads_offline(db
         print(text)
         assert "pinned      4 files" in text and "4 available offline" in text, text
 
+        # Every request fails from here on: the pinned files read from the disk cache (none was
+        # read through the mount before, so neither the kernel nor the daemon's memory has them).
+        emu.config(fail_rate=1)
+        try:
+            for path, data in files.items():
+                assert (root / path).read_bytes() == data, path
+        finally:
+            emu.config(fail_rate=0)
+
     # Dropbox fails every request: the remount starts offline from the saved tree.
     emu.config(fail_rate=1)
     try:
