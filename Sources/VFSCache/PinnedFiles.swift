@@ -440,15 +440,23 @@ public final class PinnedFiles: @unchecked Sendable {
         }
         var outcome: ContentVerifier.Outcome = .pending
         for index in 0..<count {
-            guard stillWanted(id, rev: file.rev) else { return }
+            guard stillWanted(id, rev: file.rev) else {
+                dropIfReplaced(id, rev: file.rev)
+                return
+            }
             let start = index * blockSize
             let request = BlockRequest(key: BlockKey(fileID: id, rev: file.rev, index: index), path: file.path,
                                        range: start..<min(start + blockSize, file.size))
             let block: CachedBlock
             switch vfs.blocks.pinBlock(request) {
             case .success(let fetched): block = fetched
+            case .failure(let failure) where failure.errno == .again:
+                // Purged under us (a new revision, or a hash mismatch elsewhere): look again.
+                requeue(id, rev: file.rev)
+                dropIfReplaced(id, rev: file.rev)
+                return
             case .failure(let failure):
-                finish(id, rev: file.rev, failure.errno == .again ? nil : "\(failure.cause)")
+                finish(id, rev: file.rev, failure.cause)
                 return
             }
             if verifier != nil {
@@ -475,6 +483,24 @@ public final class PinnedFiles: @unchecked Sendable {
         }
     }
 
+    /// A fetch that was purged under it goes back in the queue (if the file is still wanted at
+    /// that revision).
+    private func requeue(_ id: String, rev: String) {
+        condition.withLock {
+            guard state.files[id]?.rev == rev, state.files[id]?.phase == .fetching else { return }
+            state.files[id]?.phase = .queued
+            state.queue.append(id)
+            condition.broadcast()
+        }
+    }
+
+    /// A fetch that stopped because the file has another revision now may have written blocks of
+    /// the old one after the feed purged it: pinned (same file id), they would never be evicted.
+    private func dropIfReplaced(_ id: String, rev: String) {
+        let replaced = condition.withLock { state.files[id].map { $0.rev != rev } ?? false }
+        if replaced { vfs.blocks.disk?.purge(fileID: id, rev: rev) }
+    }
+
     /// Ends a fetch: current (`failure` nil), or failed with the reason (tried again later).
     private func finish(_ id: String, rev: String, _ failure: String?) {
         let path: String? = condition.withLock {
@@ -490,7 +516,10 @@ public final class PinnedFiles: @unchecked Sendable {
             condition.broadcast()
             return file.path
         }
-        guard let path else { return }
+        guard let path else {
+            dropIfReplaced(id, rev: rev)
+            return
+        }
         if let failure {
             log.warning("pinned \(path): not available offline yet: \(failure); trying again in \(Int(retryDelay)) s")
         } else {
