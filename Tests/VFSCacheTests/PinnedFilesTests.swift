@@ -3,6 +3,7 @@
 /// every download failing; pins that do not fit are refused; pinned blocks survive other reads
 /// over the budget, and unpinned ones are evicted first; pins are saved in the metadata store.
 import Foundation
+import Synchronization
 import Testing
 @testable import VFSCache
 
@@ -101,6 +102,28 @@ import Testing
         while again.totals()?.counts.current != 1 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         #expect(again.totals()?.counts.current == 1)
         #expect(try [UInt8](Data(contentsOf: url)) != bytes)
+    }
+
+    @Test func aPurgeDuringAPinDownloadFetchesTheFileAgainRatherThanCallingItCurrent() throws {
+        let (_, failing, vfs, pins, store, directory) = try fixture()
+        defer { pins.stop(); store.close(); try? FileManager.default.removeItem(at: directory) }
+        let node = try #require(vfs.metadata.node(try vfs.resolve("/Papers/b.txt")))
+        let (id, rev) = (node.id ?? "", node.file?.rev ?? "")
+        // The first download of b.txt meets a purge of its file (as when the feed brings a
+        // revision): that block is not kept, so the file is not on disk yet.
+        let purged = Mutex(false)
+        failing.setRule { name, path in
+            if name == "download", path.hasSuffix("b.txt"), !purged.withLock({ let was = $0; $0 = true; return was }) {
+                vfs.blocks.purge(fileID: id, rev: rev)
+            }
+            return nil
+        }
+        _ = try pins.pin("/Papers/b.txt")
+        let deadline = Date(timeIntervalSinceNow: 20)
+        while pins.totals()?.counts.current != 1 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(purged.withLock { $0 })
+        failing.setRule { name, _ in name == "download" ? .unavailable("test: no network") : nil }
+        #expect(try vfs.readAll(try vfs.resolve("/Papers/b.txt")) == Array("b".utf8))
     }
 
     @Test func aPinThatDoesNotFitIsRefusedAndChangesNothing() throws {
