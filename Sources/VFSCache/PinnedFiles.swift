@@ -117,6 +117,9 @@ public final class PinnedFiles: @unchecked Sendable {
     private let clock: TimeSource
     /// Seconds before a failed file is tried again.
     let retryDelay: Double
+    /// Blocks of one file fetched at once: parallel range requests, as read-ahead makes, so a
+    /// pin downloads about as fast as a cold read (up to 16 MiB in flight with 4 MiB blocks).
+    static let parallelBlocks: UInt64 = 4
     private let condition = NSCondition()
     private var state = State()
     private let reconciling = Mutex(())
@@ -439,35 +442,51 @@ public final class PinnedFiles: @unchecked Sendable {
             ContentVerifier(expected: $0, size: file.size, usesPieceDigests: vfs.blocks.usesPieceDigests)
         }
         var outcome: ContentVerifier.Outcome = .pending
-        for index in 0..<count {
+        var next: UInt64 = 0
+        while next < count {
             guard stillWanted(id, rev: file.rev) else {
                 dropIfReplaced(id, rev: file.rev)
                 return
             }
-            let start = index * blockSize
-            let request = BlockRequest(key: BlockKey(fileID: id, rev: file.rev, index: index), path: file.path,
-                                       range: start..<min(start + blockSize, file.size))
-            let block: CachedBlock
-            switch vfs.blocks.pinBlock(request) {
-            case .success(let fetched): block = fetched
-            case .failure(let failure) where failure.errno == .again:
-                // Purged under us (a new revision, or a hash mismatch elsewhere): look again.
-                requeue(id, rev: file.rev)
-                dropIfReplaced(id, rev: file.rev)
-                return
-            case .failure(let failure):
-                finish(id, rev: file.rev, failure.cause)
-                return
+            // A few blocks at once (parallel range requests, as read-ahead makes), checked in order.
+            let requests = (next..<min(next + Self.parallelBlocks, count)).map { index in
+                let start = index * blockSize
+                return BlockRequest(key: BlockKey(fileID: id, rev: file.rev, index: index), path: file.path,
+                                    range: start..<min(start + blockSize, file.size))
             }
-            if verifier != nil {
-                outcome = verifier!.feed(offset: start, block.buffer) { number in
-                    let offset = number * piece
-                    guard offset >= start, offset < request.range.upperBound else { return nil }
-                    return block.pieceDigest(Int((offset - start) / piece))
+            next += UInt64(requests.count)
+            let results = Mutex<[Result<CachedBlock, FetchFailure>?]>(Array(repeating: nil, count: requests.count))
+            DispatchQueue.concurrentPerform(iterations: requests.count) { position in
+                let result = vfs.blocks.pinBlock(requests[position])
+                results.withLock { $0[position] = result }
+            }
+            for (request, result) in zip(requests, results.withLock { $0 }) {
+                let block: CachedBlock
+                switch result {
+                case .success(let fetched)?: block = fetched
+                case .failure(let failure)? where failure.errno == .again:
+                    // Purged under us (a new revision, or a hash mismatch elsewhere): look again.
+                    requeue(id, rev: file.rev)
+                    dropIfReplaced(id, rev: file.rev)
+                    return
+                case .failure(let failure)?:
+                    finish(id, rev: file.rev, failure.cause)
+                    return
+                case nil:
+                    finish(id, rev: file.rev, "a block was not fetched")
+                    return
                 }
-            }
-            condition.withLock {
-                if state.files[id]?.rev == file.rev { state.files[id]?.bytesDone = request.range.upperBound }
+                let start = request.range.lowerBound
+                if verifier != nil {
+                    outcome = verifier!.feed(offset: start, block.buffer) { number in
+                        let offset = number * piece
+                        guard offset >= start, offset < request.range.upperBound else { return nil }
+                        return block.pieceDigest(Int((offset - start) / piece))
+                    }
+                }
+                condition.withLock {
+                    if state.files[id]?.rev == file.rev { state.files[id]?.bytesDone = request.range.upperBound }
+                }
             }
         }
         switch outcome {
