@@ -16,7 +16,8 @@
 ///
 /// Lock order: `reconciling` (one reconcile at a time), then `MetadataCache.lock` (released
 /// before the next), then `condition` (this object's state), then `DiskBlockCache.lock` (only
-/// after `condition` is released). No lock is held across a download or disk I/O.
+/// after `condition` is released). `condition` and the metadata lock are never held across a
+/// download or disk I/O; `reconciling` is (saving a pin, the evictions `setPinned` makes).
 import ContentHash
 import Foundation
 import Synchronization

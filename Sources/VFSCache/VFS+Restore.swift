@@ -38,6 +38,9 @@ extension VFS {
     public func restoreRevision(at path: String, replacing: Bool, _ restore: () throws(RemoteError) -> RemoteEntry)
         throws(RevisionRestoreRefusal) -> (entry: RemoteEntry, invalidations: [KernelInvalidation]) {
         guard let writeBack else { throw .readOnly }
+        // Commits the engine has made reach the tree first (their events wait on the engine's
+        // queue): a file `dbxfs sync` just reported on Dropbox is no longer "local changes" here.
+        writeBack.deliverPendingEvents()
         let node: Node?
         do throws(Errno) { node = try listedNode(at: path) } catch { throw .local(error) }
         if replacing {
