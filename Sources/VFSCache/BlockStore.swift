@@ -337,6 +337,35 @@ final class BlockStore: @unchecked Sendable {
         if !submitted { _ = assembling.withLock { $0.remove(whole) } }
     }
 
+    /// A block of a pinned file, made sure to be on disk (PinnedFiles.swift): read from the disk
+    /// cache, or taken from memory or downloaded and written to disk here and now, not through the
+    /// best-effort writer that may skip it. Not put in memory: pinning a tree must not push out
+    /// what readers use. The block carries its piece digests for the content-hash check.
+    func pinBlock(_ request: BlockRequest) -> Result<CachedBlock, FetchFailure> {
+        guard let disk else { return .failure(FetchFailure(cause: "the mount has no disk cache", errno: .io)) }
+        if let storage = disk.read(request.key, length: request.length) {
+            return .success(CachedBlock(adopting: storage, computeDigests: usesPieceDigests))
+        }
+        let epoch = self.epoch(of: request.key.fileID)
+        var block = memory.get(request.key)
+        if block == nil {
+            if let cause = downloadBlocks([request], computeDigests: usesPieceDigests, ready: { _, fetched in block = fetched }) {
+                return .failure(cause)
+            }
+        }
+        guard let block else { return .failure(FetchFailure(cause: "the download gave no bytes", errno: .io)) }
+        // A purge of the file since we began: the block is of a revision no longer wanted.
+        guard isCurrent(epoch, of: request.key.fileID) else { return .failure(FetchFailure(cause: "the file changed meanwhile", errno: .again)) }
+        guard disk.write(request.key, block.buffer) else {
+            return .failure(FetchFailure(cause: "it could not be written to the disk cache (the log says why)", errno: .io))
+        }
+        if !isCurrent(epoch, of: request.key.fileID) {
+            disk.discard(request.key)
+            return .failure(FetchFailure(cause: "the file changed meanwhile", errno: .again))
+        }
+        return .success(block)
+    }
+
     /// Drops every cached block of one revision of a file (memory and disk). Fetches and disk
     /// writes of the file under way see the new epoch and keep nothing (`keepDownloaded`,
     /// `scheduleDiskWrite`), so this never waits for them: the disk writer can stay busy for as
@@ -514,7 +543,7 @@ final class BlockStore: @unchecked Sendable {
 
 /// Why a block could not be fetched: words for the log line, and the errno the reader gets (EIO,
 /// except EACCES for content Dropbox refuses to serve).
-struct FetchFailure {
+struct FetchFailure: Error {
     let cause: String
     let errno: Errno
 

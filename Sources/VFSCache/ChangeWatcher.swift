@@ -251,6 +251,7 @@ public final class ChangeWatcher: Sendable {
             }
             if !changes.isEmpty {
                 log.debug("applied \(result.applied.count) of \(changes.count) remote changes, \(result.invalidations.count) kernel invalidations")
+                vfs.noteTreeChanged()
             }
             return true
         }
@@ -270,6 +271,7 @@ public final class ChangeWatcher: Sendable {
                 if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
                 state.withLock { $0.cursor = cursor; $0.statistics.invalidations += result.invalidations.count }
             }
+            vfs.noteTreeChanged()
             persistSnapshot(listing, cursor: cursor)
         } else {
             let cursor = try remote.latestCursor(path: "", recursive: true)

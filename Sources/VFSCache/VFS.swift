@@ -33,6 +33,10 @@ public final class VFS: FilesystemOperations, Sendable {
     /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
     let sharedLinks: SharedLinks
 
+    /// Told after the change feed changed the tree (PinnedFiles fetches new revisions of pinned
+    /// files), on the feed's thread: an observer only takes note and returns.
+    private let treeObservers = Mutex<[@Sendable () -> Void]>([])
+
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
         var ino: InodeNumber
@@ -111,6 +115,15 @@ public final class VFS: FilesystemOperations, Sendable {
     public func shutdown() {
         blocks.waitUntilIdle()
         blocks.shutdown()
+    }
+
+    /// Adds an observer of the change feed's changes to the tree.
+    public func observeTreeChanges(_ observer: @escaping @Sendable () -> Void) {
+        treeObservers.withLock { $0.append(observer) }
+    }
+
+    func noteTreeChanged() {
+        for observer in treeObservers.withLock({ $0 }) { observer() }
     }
 
     /// Cache use against budgets, for `dbxfs status`.

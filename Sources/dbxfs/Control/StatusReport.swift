@@ -36,6 +36,8 @@ struct MountStatusReport: Codable, Sendable {
     var cache: CacheReport
     /// nil (omitted) when the mount has no write-back engine: nothing it holds can be pending.
     var uploads: UploadsReport?
+    /// The files kept offline (`dbxfs pin`); omitted when nothing is pinned. Added 2026-12-01.
+    var pins: PinsStatusReport? = nil
 }
 
 struct AccountReport: Codable, Sendable {

@@ -191,6 +191,8 @@ struct MountBackend: CustomStringConvertible {
         if let vfs, (vfs.writeBack?.status().pendingFiles ?? 0) > 0 {
             Thread { vfs.showPendingUploads() }.start()
         }
+        // Files kept offline (dbxfs pin): the saved pins, checked once the mount serves.
+        let pinned = vfs.map { PinnedFiles(vfs: $0, store: feed?.store) }
         let tokens = credentials.tokens
         connection.connect(adoptNewCredentials: { tokens.adoptReloaded(replacing: tokens.current.accessToken) },
                            resume: { vfs?.writeBack?.retryHeldUploads() })
@@ -201,11 +203,12 @@ struct MountBackend: CustomStringConvertible {
             cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
             offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil },
             connection: { connection.report(uploadsPausedUntil: $0) },
-            beforeSync: { connection.adoptNewCredentialsIfRefused() })
+            beforeSync: { connection.adoptNewCredentialsIfRefused() },
+            pins: { pinned?.totals().map { PinsStatusReport(paths: $0.pins, counts: PinCountsReport($0.counts), diskBytes: $0.diskBytes) } })
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
-                                   shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
+                                   shutdown: { pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
         let commandClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                                              retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot),
@@ -213,10 +216,11 @@ struct MountBackend: CustomStringConvertible {
         let commandSink = ForwardingInvalidationSink()
         backend.fileCommands = FileCommandService(
             store: DropboxRemoteStore(client: commandClient, root: options.root, rootLower: rootLower, log: logger),
-            vfs: vfs, offline: offline, sink: commandSink, logger: logger)
+            vfs: vfs, offline: offline, sink: commandSink, logger: logger, pinned: pinned)
         backend.startChangeWatcher = { sink in
             commandSink.connect(sink)
             feed?.start(sink: sink)
+            pinned?.start()
         }
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)
