@@ -349,8 +349,9 @@ final class BlockStore: @unchecked Sendable {
         let epoch = self.epoch(of: request.key.fileID)
         var block = memory.get(request.key)
         if block == nil {
-            if let cause = downloadBlocks([request], computeDigests: usesPieceDigests, ready: { _, fetched in block = fetched }) {
-                return .failure(cause)
+            switch downloadAlone(request) {
+            case .success(let fetched): block = fetched
+            case .failure(let cause): return .failure(cause)
             }
         }
         guard let block else { return .failure(FetchFailure(cause: "the download gave no bytes", errno: .io)) }
@@ -363,6 +364,25 @@ final class BlockStore: @unchecked Sendable {
             disk.discard(request.key)
             return .failure(FetchFailure(cause: "the file changed meanwhile", errno: .again))
         }
+        return .success(block)
+    }
+
+    /// One block downloaded on its own, straight into its buffer, cached nowhere (the pin writes
+    /// it to disk itself), with its piece digests for the content-hash check.
+    private func downloadAlone(_ request: BlockRequest) -> Result<CachedBlock, FetchFailure> {
+        let block = CachedBlock(filling: CachedBlock.allocateStorage(byteCount: request.length))
+        do throws(RemoteError) {
+            // False (cancel) only for bytes beyond the block, which DropboxClient already cuts.
+            try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
+                block.append(chunk) == chunk.count
+            }
+        } catch {
+            return .failure(FetchFailure(error))
+        }
+        guard block.isWhole else {
+            return .failure(FetchFailure(cause: "the server sent \(block.filled) of \(request.length) bytes", errno: .io))
+        }
+        if usesPieceDigests { block.computeDigests() }
         return .success(block)
     }
 

@@ -482,7 +482,7 @@ public final class PinnedFiles: @unchecked Sendable {
                     outcome = verifier!.feed(offset: start, block.buffer) { number in
                         let offset = number * piece
                         guard offset >= start, offset < request.range.upperBound else { return nil }
-                        return block.pieceDigest(Int((offset - start) / piece))
+                        return PieceSource(block: block, slot: Int((offset - start) / piece))
                     }
                 }
                 condition.withLock {
