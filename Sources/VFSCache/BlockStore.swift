@@ -45,7 +45,7 @@ final class BlockStore: @unchecked Sendable {
         self.config = config
         self.disk = disk
         self.log = log
-        memory = MemoryBlockCache(budget: config.memoryCacheBytes)
+        memory = MemoryBlockCache(budget: config.memoryCacheBytes, observer: config.observer)
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 2)
@@ -55,7 +55,10 @@ final class BlockStore: @unchecked Sendable {
     /// The block, waiting for a fetch already under way if there is one. Failures are EIO, with
     /// one error line naming the file, the range and the cause.
     func block(_ request: BlockRequest) throws(Errno) -> CachedBlock {
-        if let block = memory.get(request.key) { return block }
+        if let block = memory.get(request.key) {
+            config.observer?.blockHit(in: .memory)
+            return block
+        }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
             while true {
@@ -236,6 +239,7 @@ final class BlockStore: @unchecked Sendable {
     private func cached(_ request: BlockRequest, computeDigests: Bool, epoch: Int) -> CachedBlock? {
         if let block = memory.get(request.key) { return block }
         guard let disk, let storage = disk.read(request.key, length: request.length) else { return nil }
+        config.observer?.blockHit(in: .disk)
         let block = CachedBlock(adopting: storage, computeDigests: computeDigests)
         keepInMemory(request.key, block, epoch: epoch)
         return block
@@ -284,6 +288,7 @@ final class BlockStore: @unchecked Sendable {
                     received += count
                     rest = UnsafeRawBufferPointer(rebasing: rest[count...])
                     guard received == storage.count else { continue }
+                    config.observer?.blockDownloaded()
                     ready(filling, CachedBlock(adopting: storage, computeDigests: computeDigests))
                     filling += 1
                     received = 0

@@ -24,10 +24,12 @@ final class DiskBlockCache: @unchecked Sendable {
     let budget: Int64
     private let blockSize: Int
     private let log: Logger
+    private let observer: (any CacheObserver)?
 
-    init(directory: URL, blockSize: Int, budget: Int64, log: Logger) throws {
+    init(directory: URL, blockSize: Int, budget: Int64, log: Logger, observer: (any CacheObserver)? = nil) throws {
         root = directory.appendingPathComponent("blocks").appendingPathComponent(String(blockSize))
         self.budget = budget
+        self.observer = observer
         self.blockSize = blockSize
         self.log = log
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -360,6 +362,7 @@ final class DiskBlockCache: @unchecked Sendable {
     private func evictLocked() -> [BlockKey] {
         var victims: [BlockKey] = []
         while Int64(index.totalSize) > budget, let victim = index.popOldest() { victims.append(victim.key) }
+        if !victims.isEmpty { observer?.blocksEvicted(victims.count, from: .disk) }
         return victims
     }
 

@@ -9,8 +9,9 @@ final class MemoryBlockCache: @unchecked Sendable {
     private var blocks: [BlockKey: CachedBlock] = [:]
     private var order = LRUIndex<BlockKey>()
     let budget: Int
+    private let observer: (any CacheObserver)?
 
-    init(budget: Int) { self.budget = budget }
+    init(budget: Int, observer: (any CacheObserver)? = nil) { self.budget = budget; self.observer = observer }
 
     func get(_ key: BlockKey) -> CachedBlock? {
         lock.lock(); defer { lock.unlock() }
@@ -31,9 +32,12 @@ final class MemoryBlockCache: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         blocks[key] = block
         order.insert(key, size: block.count)
+        var evicted = 0
         while order.totalSize > budget, let victim = order.popOldest() {
             blocks[victim.key] = nil
+            evicted += 1
         }
+        if evicted > 0 { observer?.blocksEvicted(evicted, from: .memory) }
     }
 
     /// Drops one block (a sequential reader has gone past it).
