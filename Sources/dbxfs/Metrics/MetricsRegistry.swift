@@ -6,21 +6,22 @@
 import Dispatch
 import Synchronization
 
-/// A value that only grows, counted in whole `unit`s: 1 for events and bytes, 1e-9 for seconds
-/// (so a sum of durations stays an integer add).
+/// A value that only grows, kept as a whole number of units: `scale` units per counted value,
+/// 1 for events and bytes, 1e9 for seconds (nanoseconds: a sum of durations stays an integer add).
 final class Counter: Sendable {
-    let unit: Double
+    let scale: Double
     private let units = Atomic<UInt64>(0)
 
-    init(unit: Double = 1) { self.unit = unit }
+    init(scale: Double = 1) { self.scale = scale }
 
+    /// Adds whole units (events, bytes).
     func add(_ amount: UInt64 = 1) { units.wrappingAdd(amount, ordering: .relaxed) }
-    /// Adds `amount` in the counter's own scale (seconds for a seconds counter).
+    /// Adds `amount` in the counted value's own terms (seconds for a seconds counter).
     func add(scaled amount: Double) {
         guard amount > 0, amount.isFinite else { return }
-        add(UInt64(min((amount / unit).rounded(), Double(UInt64.max / 2))))
+        add(UInt64(min((amount * scale).rounded(), Double(UInt64.max / 2))))
     }
-    var value: Double { Double(units.load(ordering: .relaxed)) * unit }
+    var value: Double { Double(units.load(ordering: .relaxed)) / scale }
 }
 
 /// Observations sorted into fixed buckets (upper bounds, ascending; +Inf is implied), with their
@@ -31,12 +32,12 @@ final class Histogram: Sendable {
     private let buckets: [Counter]
     private let total: Counter
 
-    init(upperBounds: [Double], unit: Double = 1e-9) {
+    init(upperBounds: [Double], scale: Double = 1e9) {
         precondition(!upperBounds.isEmpty && zip(upperBounds, upperBounds.dropFirst()).allSatisfy { $0 < $1 },
                      "histogram bounds must be ascending")
         self.upperBounds = upperBounds
         buckets = (0...upperBounds.count).map { _ in Counter() }
-        total = Counter(unit: unit)
+        total = Counter(scale: scale)
     }
 
     func observe(_ value: Double) {
@@ -158,15 +159,15 @@ final class MetricsRegistry: Sendable {
     private let families = Mutex<[any MetricFamily]>([])
 
     /// A counter family; counters' names end in `_total` (seconds counters in `_seconds_total`).
-    func counters(_ name: String, help: String, labels: [String] = [], unit: Double = 1) -> LabelledFamily<Counter> {
+    func counters(_ name: String, help: String, labels: [String] = [], scale: Double = 1) -> LabelledFamily<Counter> {
         precondition(name.hasSuffix("_total"), "a counter's name ends in _total: \(name)")
-        return add(LabelledFamily(name: name, help: help, type: .counter, labelNames: labels, make: { Counter(unit: unit) },
+        return add(LabelledFamily(name: name, help: help, type: .counter, labelNames: labels, make: { Counter(scale: scale) },
                                   render: { name, labels, counter in [MetricSample(name: name, labels: labels, value: counter.value)] }))
     }
 
     /// A counter without labels.
-    func counter(_ name: String, help: String, unit: Double = 1) -> Counter {
-        counters(name, help: help, unit: unit).labels()
+    func counter(_ name: String, help: String, scale: Double = 1) -> Counter {
+        counters(name, help: help, scale: scale).labels()
     }
 
     func histograms(_ name: String, help: String, labels: [String] = [], upperBounds: [Double]) -> LabelledFamily<Histogram> {

@@ -52,7 +52,7 @@ final class MountMetrics: Sendable {
         retries = r.counters("dbxfs_api_retries_total", help: "Requests sent again after a failure, by the failure's kind.", labels: ["reason"])
         failedCalls = r.counters("dbxfs_api_failed_calls_total", help: "Calls that failed for good (after their retries), by the last failure's kind.", labels: ["outcome"])
         rateLimitWait = r.counters("dbxfs_api_rate_limit_wait_seconds_total", help: "Seconds spent waiting because of 429s: Retry-After waits before a retry, and the request pacer's waits after 429s.",
-                                   labels: ["wait"], unit: 1e-9)
+                                   labels: ["wait"], scale: 1e9)
         downloadedBytes = r.counter("dbxfs_downloaded_bytes_total", help: "File content bytes received from Dropbox (download requests).")
         uploadedBytes = r.counter("dbxfs_uploaded_bytes_total", help: "File content bytes sent to Dropbox (upload requests, retries included).")
         let hits = r.counters("dbxfs_cache_hits_total", help: "Blocks found in a cache instead of downloaded: memory (a reader's block) or disk (a reader's or read-ahead's).",
