@@ -4,6 +4,8 @@
 /// (backslash and newline in help; backslash, double quote and newline in label values).
 /// A label whose value is empty is left out, which Prometheus reads as the same series.
 /// Reference: https://prometheus.io/docs/instrumenting/exposition_formats/
+import Foundation
+
 enum PrometheusText {
     static let contentType = "text/plain; version=0.0.4; charset=utf-8"
 
