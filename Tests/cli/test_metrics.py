@@ -8,7 +8,6 @@ answers to what is not a scrape."""
 import os
 import re
 import socket
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -16,36 +15,23 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import STATIC_TOKEN, Mount, needs_fuse, one_clear_line
+from conftest import Mount, needs_fuse, one_clear_line
+from daemon_support import ENV, mount_args as daemon_args
+from mounting import wait_until
 
 pytestmark = needs_fuse
 
-ENV = {"DBXFS_ACCESS_TOKEN": STATIC_TOKEN}
-
 
 def mount_args(cli, emulator, *extra):
-    return ["--api-base", emulator.url, "--cache-dir", str(cli.home / "cache"), *extra]
-
-
-def wait_for(check, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return daemon_args(emulator, cli.home / "cache", *extra)
 
 
 def endpoint_url(mount):
     """The URL the mount logged ("metrics: serving http://127.0.0.1:PORT/metrics"): port 0 lets
     the kernel pick a free one, so parallel runs never collide."""
-    found = []
-
     def logged():
-        found[:] = re.findall(r"metrics: serving (http://\S+/metrics)", mount.read_log())
-        return bool(found)
-    wait_for(logged, "the metrics line in the log")
-    return found[-1]
+        return re.findall(r"metrics: serving (http://\S+/metrics)", mount.read_log())
+    return wait_until(logged)[-1]
 
 
 def scrape(url):
@@ -89,7 +75,7 @@ def test_the_endpoint_and_status_prometheus_count_what_the_mount_did(cli, emulat
         # Reads: the first read downloads the block; one near its end, past what the kernel read
         # ahead, finds it in memory. A second open is served from the kernel page cache (same rev).
         path = mountpoint / folder / "remote.bin"
-        wait_for(path.exists, "remote.bin on the mount")
+        wait_until(path.exists)
         with open(path, "rb") as f:
             assert os.pread(f.fileno(), 4096, 0) == content[:4096]
             end = len(content) - 8192
@@ -110,7 +96,7 @@ def test_the_endpoint_and_status_prometheus_count_what_the_mount_did(cli, emulat
         # A 409 with its tag: Dropbox refuses to serve a restricted file.
         emulator.upload(f"/{folder}/restricted.bin", b"secret" * 100)
         emulator.path_state(f"/{folder}/restricted.bin", "restricted_content")
-        wait_for((mountpoint / folder / "restricted.bin").exists, "restricted.bin on the mount")
+        wait_until((mountpoint / folder / "restricted.bin").exists)
         with pytest.raises(PermissionError):
             (mountpoint / folder / "restricted.bin").read_bytes()
         emulator.path_state(f"/{folder}/restricted.bin", None)
@@ -169,7 +155,7 @@ def test_a_pending_upload_shows_in_the_queue_gauges(cli, emulator, mountpoint, f
                 parsed = samples(result.stdout)
                 return total(parsed, "dbxfs_writeback_pending_files") == 1 and \
                     total(parsed, "dbxfs_writeback_oldest_pending_age_seconds") > 0.5
-            wait_for(queued, "the pending upload in the gauges")
+            wait_until(queued)
         finally:
             emulator.config(fail_rate=0)
 

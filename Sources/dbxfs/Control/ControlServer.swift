@@ -61,12 +61,7 @@ final class ControlServer: Sendable {
     deinit { stop(); close(listener) }
 
     private func acceptLoop() {
-        while !stopped.load(ordering: .acquiring) {
-            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
-            if poll(&poller, 1, 500) <= 0 { continue }
-            let client = accept(listener, nil, nil)
-            if client < 0 { continue }
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+        UnixSocket.acceptLoop(listener, until: { stopped.load(ordering: .acquiring) }) { client in
             let worker = Thread { [self] in
                 self.serve(client)
                 close(client)

@@ -23,43 +23,12 @@ final class MetricsEndpoint: Sendable {
     /// begins answering.
     init(address: MetricsAddress, render: @escaping @Sendable () -> String) throws(Failure) {
         self.render = render
-        let family = address.isIPv6 ? AF_INET6 : AF_INET
-        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "--metrics: cannot open a socket: \(String(cString: strerror(errno)))") }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var storage = sockaddr_storage()
-        let length: socklen_t
-        if address.isIPv6 {
-            var v6 = sockaddr_in6()
-            v6.sin6_family = sa_family_t(AF_INET6)
-            v6.sin6_port = address.port.bigEndian
-            _ = inet_pton(AF_INET6, address.host, &v6.sin6_addr)
-            withUnsafeBytes(of: v6) { bytes in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: bytes) } }
-            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
-        } else {
-            var v4 = sockaddr_in()
-            v4.sin_family = sa_family_t(AF_INET)
-            v4.sin_port = address.port.bigEndian
-            _ = inet_pton(AF_INET, address.host, &v4.sin_addr)
-            withUnsafeBytes(of: v4) { bytes in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: bytes) } }
-            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let (fd, port): (Int32, UInt16)
+        do throws(TCPListener.Failure) {
+            (fd, port) = try TCPListener.open(host: address.host, port: address.port, ipv6: address.isIPv6, backlog: 16)
+        } catch {
+            throw Failure(description: "--metrics: \(error.description)")
         }
-        let bound = withUnsafePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(fd)
-            throw Failure(description: "--metrics: cannot listen on \(address): \(reason)")
-        }
-        var actual = storage
-        var actualLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        _ = withUnsafeMutablePointer(to: &actual) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &actualLength) }
-        }
-        // sin_port and sin6_port sit at the same offset, right after the family.
-        let port = withUnsafeBytes(of: actual) { UInt16(bigEndian: $0.load(fromByteOffset: 2, as: UInt16.self)) }
         listener = fd
         self.address = MetricsAddress(host: address.host, port: port, isIPv6: address.isIPv6)
     }
@@ -83,15 +52,8 @@ final class MetricsEndpoint: Sendable {
     }
 
     private func acceptLoop() {
-        while !stopped.load(ordering: .acquiring) {
-            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
-            if poll(&poller, 1, 500) <= 0 { continue }
-            let client = accept(listener, nil, nil)
-            if client < 0 { continue }
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            var timeout = timeval(tv_sec: 5, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        UnixSocket.acceptLoop(listener, until: { stopped.load(ordering: .acquiring) }) { client in
+            UnixSocket.setTimeout(client, 5)
             answer(client)
             close(client)
         }
