@@ -360,7 +360,17 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// A close that could not be journaled counts as left, failed. With `retryingHeld` (sync),
     /// files held after a hard failure are tried again at once instead of at their slow retry, and
     /// count as failed only once that attempt failed: freeing space and syncing is enough.
+    /// When everything is committed, the commit events have also reached the facade (the tree
+    /// shows the new revs), so what follows a sync, such as a restore, sees the files as on
+    /// Dropbox and not as still having local changes.
     public func waitForAll(deadline: Date, retryingHeld: Bool = false) -> [PendingUpload] {
+        let left = waitForAllLocked(deadline: deadline, retryingHeld: retryingHeld)
+        // Each commit's event was queued under the lock before its commit could be seen here.
+        if left.isEmpty { deliverPendingEvents() }
+        return left
+    }
+
+    private func waitForAllLocked(deadline: Date, retryingHeld: Bool) -> [PendingUpload] {
         condition.lock(); defer { condition.unlock() }
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.

@@ -7,30 +7,36 @@ import Foundation
 
 extension StatusCommand {
     static func printPrometheus(target: (mountpoint: String, socket: String)?) -> Int32 {
-        var mounts: [(mountpoint: String, families: [MetricFamilySnapshot])] = []
+        var replies: [MetricsReply] = []
+        let request = ControlRequest(command: "metrics")
         if let target {
             do {
-                let reply = try ControlClient.request(ControlRequest(command: "metrics"), socket: target.socket, timeout: 10,
-                                                      as: MetricsReply.self)
-                mounts.append((target.mountpoint, reply.families))
+                replies.append(try ControlClient.request(request, socket: target.socket, timeout: 10, as: MetricsReply.self))
             } catch {
                 printError(error.description)
                 return error.notMounted ? 3 : 1
             }
         } else {
+            // Every socket, as `status` asks them: daemons lazily unmounted or still draining too.
             var failed = false
-            for report in ControlClient.allStatuses() {
+            for socket in ControlPaths.allSockets() {
                 do {
-                    let socket = try ControlClient.socket(forPath: report.mountpoint).socket
-                    let reply = try ControlClient.request(ControlRequest(command: "metrics"), socket: socket, timeout: 10,
-                                                          as: MetricsReply.self)
-                    mounts.append((report.mountpoint, reply.families))
+                    replies.append(try ControlClient.request(request, socket: socket, timeout: 10, as: MetricsReply.self))
+                } catch where error.notMounted {
+                    continue   // its daemon is gone (`status` removes such sockets)
                 } catch {
-                    printError("\(report.mountpoint): \(error.description)")
+                    printError(error.untrusted ? "skipped: \(error.description)" : error.description)
                     failed = true
                 }
             }
-            if failed && mounts.isEmpty { return 1 }
+            if failed && replies.isEmpty { return 1 }
+        }
+        // Two daemons at one mountpoint (one lazily unmounted, or draining, and its successor)
+        // must not give two series the same labels: the later ones are told apart by pid.
+        var seen = Set<String>()
+        let mounts = replies.sorted { $0.mountpoint < $1.mountpoint }.map { reply in
+            let label = seen.insert(reply.mountpoint).inserted ? reply.mountpoint : "\(reply.mountpoint) (pid \(reply.pid ?? 0))"
+            return (mountpoint: label, families: reply.families)
         }
         FileHandle.standardOutput.write(Data(PrometheusText.render(PrometheusText.merge(mounts)).utf8))
         return 0

@@ -94,7 +94,7 @@ final class ControlServer: Sendable {
                 reply(client, ControlErrorReply(error: "the mount at \(mountpoint) keeps no metrics (it was started with --no-metrics)"))
                 return
             }
-            reply(client, MetricsReply(pid: getpid(), families: metrics.registry.collect()))
+            reply(client, MetricsReply(mountpoint: mountpoint, pid: getpid(), families: metrics.registry.collect()))
         case "sync":
             let timeout = request.timeoutSeconds ?? 3600
             // No send timeout while the (possibly long) wait runs; the client sets its own.

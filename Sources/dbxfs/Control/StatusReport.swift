@@ -159,6 +159,7 @@ struct SyncReport: Codable, Sendable {
 /// The answer to `metrics` (`dbxfs status --prometheus`): the mount's metric families, which the
 /// command prints in the Prometheus text format (Metrics/PrometheusText.swift).
 struct MetricsReply: Codable, Sendable {
+    var mountpoint: String
     var pid: Int32?
     var families: [MetricFamilySnapshot]
 }
