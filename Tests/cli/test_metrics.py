@@ -146,6 +146,10 @@ def test_the_endpoint_and_status_prometheus_count_what_the_mount_did(cli, emulat
 
 def test_a_pending_upload_shows_in_the_queue_gauges(cli, emulator, mountpoint, folder):
     with Mount(cli, mountpoint, mount_args(cli, emulator), env=dict(ENV, DBXFS_UNMOUNT_DRAIN_SECONDS="1")):
+        # The folder listed first: with every request failing, creating a file in a folder not
+        # listed yet fails (EIO) before anything is queued.
+        wait_until((mountpoint / folder).exists)
+        assert os.listdir(mountpoint / folder) == []
         emulator.config(fail_rate=1)
         try:
             (mountpoint / folder / "stuck.txt").write_bytes(b"waiting\n")
