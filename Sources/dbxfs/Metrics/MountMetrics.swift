@@ -6,7 +6,8 @@
 /// scrape time from what the mount already knows (write-back queue, cache use, change-feed lag,
 /// connection state).
 ///
-/// Only created when metrics were asked for: a mount without them has no observer and no timing.
+/// Every mount has one (`--metrics` only adds the HTTP endpoint); the hidden `--no-metrics` makes
+/// none, and then there is no observer and no timing at all (to measure what they cost).
 import DropboxRemote
 import Foundation
 import Synchronization
