@@ -59,7 +59,7 @@ final class BlockStore: @unchecked Sendable {
         self.config = config
         self.disk = disk
         self.log = log
-        memory = MemoryBlockCache(budget: config.memoryCacheBytes)
+        memory = MemoryBlockCache(budget: config.memoryCacheBytes, observer: config.observer)
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         let fragment = config.fragmentBytes
         fragmentBytes = fragment > 0 && fragment < config.blockSize && config.blockSize % fragment == 0 ? fragment : 0
@@ -91,7 +91,10 @@ final class BlockStore: @unchecked Sendable {
     /// (EACCES for content Dropbox refuses), with one error line naming the file, the range and
     /// the cause.
     func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize) throws(Errno) -> [Slice] {
-        if let block = memory.get(request.key) { return [Slice(block: block, bytes: within, isWholeBlock: true)] }
+        if let block = memory.get(request.key) {
+            config.observer?.blockHit(in: .memory)
+            return [Slice(block: block, bytes: within, isWholeBlock: true)]
+        }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
             if case .around(let bytes) = size,
@@ -424,6 +427,7 @@ final class BlockStore: @unchecked Sendable {
     private func cached(_ request: BlockRequest, computeDigests: Bool, epoch: Int) -> CachedBlock? {
         if let block = memory.get(request.key) { return block }
         guard let disk, let storage = disk.read(request.key, length: request.length) else { return nil }
+        config.observer?.blockHit(in: .disk)
         let block = CachedBlock(adopting: storage, computeDigests: computeDigests)
         keepInMemory(request.key, block, epoch: epoch)
         return block
@@ -477,6 +481,7 @@ final class BlockStore: @unchecked Sendable {
                     rest = UnsafeRawBufferPointer(rebasing: rest[block.append(rest)...])
                     fetch.progressed()
                     guard block.isWhole else { continue }
+                    config.observer?.blockDownloaded()
                     if computeDigests { block.computeDigests() }
                     keepDownloaded(request.key, block, epoch: epoch)
                     // Kept first, checked after: a reader that dropped it meanwhile (it marks the

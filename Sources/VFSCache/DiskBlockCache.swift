@@ -25,11 +25,13 @@ final class DiskBlockCache: @unchecked Sendable {
     let budget: Int64
     private let blockSize: Int
     private let log: Logger
+    private let observer: (any CacheObserver)?
 
-    init(directory: URL, blockSize: Int, budget: Int64, log: Logger) throws {
+    init(directory: URL, blockSize: Int, budget: Int64, log: Logger, observer: (any CacheObserver)? = nil) throws {
         root = directory.appendingPathComponent("blocks").appendingPathComponent(String(blockSize))
         self.budget = budget
         index = PinnedBlockIndex(budget: budget)
+        self.observer = observer
         self.blockSize = blockSize
         self.log = log
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -376,7 +378,11 @@ final class DiskBlockCache: @unchecked Sendable {
         lock.lock(); index.remove(key); lock.unlock()
     }
 
-    private func evictLocked() -> [BlockKey] { index.evict() }
+    private func evictLocked() -> [BlockKey] {
+        let victims = index.evict()
+        if !victims.isEmpty { observer?.blocksEvicted(victims.count, from: .disk) }
+        return victims
+    }
 
     /// Deletes the blocks' files, then each folder left empty (rmdir refuses a folder that still
     /// holds blocks), so a cache that turned over many files does not keep a folder per file.

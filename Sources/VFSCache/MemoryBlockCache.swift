@@ -13,8 +13,9 @@ final class MemoryBlockCache: @unchecked Sendable {
     /// The fragments held of each block (keyed by the block's own key).
     private var fragments: [BlockKey: Set<UInt16>] = [:]
     let budget: Int
+    private let observer: (any CacheObserver)?
 
-    init(budget: Int) { self.budget = budget }
+    init(budget: Int, observer: (any CacheObserver)? = nil) { self.budget = budget; self.observer = observer }
 
     func get(_ key: BlockKey) -> CachedBlock? {
         lock.lock(); defer { lock.unlock() }
@@ -40,10 +41,13 @@ final class MemoryBlockCache: @unchecked Sendable {
         } else {
             fragments[key.wholeBlock, default: []].insert(key.part)
         }
+        var evicted = 0
         while order.totalSize > budget, let victim = order.popOldest() {
             blocks[victim.key] = nil
             forgetFragmentLocked(victim.key)
+            evicted += 1
         }
+        if evicted > 0 { observer?.blocksEvicted(evicted, from: .memory) }
     }
 
     /// Drops one block (a sequential reader has gone past it).

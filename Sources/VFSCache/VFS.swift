@@ -96,7 +96,8 @@ public final class VFS: FilesystemOperations, Sendable {
         var disk: DiskBlockCache?
         if let directory = config.cacheDirectory, config.diskCacheBytes > 0 {
             do {
-                disk = try DiskBlockCache(directory: directory, blockSize: config.blockSize, budget: config.diskCacheBytes, log: logger)
+                disk = try DiskBlockCache(directory: directory, blockSize: config.blockSize, budget: config.diskCacheBytes, log: logger,
+                                          observer: config.observer)
             } catch {
                 throw SetupError(description: "cannot use cache directory \(directory.path): \(error.localizedDescription)")
             }

@@ -83,6 +83,9 @@ public struct VFSConfig: Sendable {
 
     // MARK: Misc
 
+    /// Told of cache hits, downloads and evictions (CacheObserver.swift); nil: nobody.
+    public var observer: (any CacheObserver)?
+
     /// Seconds a space-usage answer is reused for statfs.
     public var statfsTTL: Double = 60
 

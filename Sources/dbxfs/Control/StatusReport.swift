@@ -158,9 +158,17 @@ struct SyncReport: Codable, Sendable {
     var pid: Int32? = nil
 }
 
+/// The answer to `metrics` (`dbxfs status --prometheus`): the mount's metric families, which the
+/// command prints in the Prometheus text format (Metrics/PrometheusText.swift).
+struct MetricsReply: Codable, Sendable {
+    var mountpoint: String
+    var pid: Int32?
+    var families: [MetricFamilySnapshot]
+}
+
 /// A request on the control socket: one JSON object on one line.
 struct ControlRequest: Codable, Sendable {
-    /// "status", "sync", or a file command (FileCommandService.commands).
+    /// "status", "sync", "metrics", or a file command (FileCommandService.commands).
     var command: String
     /// sync: how long to wait (seconds).
     var timeoutSeconds: Double?
