@@ -36,8 +36,10 @@ public struct VFSConfig: Sendable {
     /// While that recursive listing runs (in the background), this many folder accesses are
     /// answered by listing the folder on its own (one call each) instead of waiting for it: the
     /// first access after a cold mount, and a path a few folders deep, then cost about one round
-    /// trip each whatever the account's size. Later accesses wait for the whole tree.
-    public var eagerListingsWhilePrefetching: Int = 4
+    /// trip each whatever the account's size. Later accesses wait for the whole tree. 16 covers a
+    /// path as deep as people keep files, and bounds what a `find` started meanwhile adds to the
+    /// recursive listing's calls.
+    public var eagerListingsWhilePrefetching: Int = 16
     /// Modification time reported for folders (Dropbox keeps none).
     public var mountTime: Date = Date()
 
