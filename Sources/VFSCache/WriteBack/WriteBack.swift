@@ -55,6 +55,18 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
     var revisionsAfterCommit: [String: [(from: WriteBase, to: String)]] = [:]
+    /// Namespace operations not done on Dropbox yet, oldest first (NamespaceQueue.swift), and the
+    /// path keys they touch (uploads there wait for them).
+    var namespaceOperations: [NamespaceOperation] = []
+    var namespaceKeys = PathOverlapSet()
+    /// Operations read back from the journal wait until the facade showed them on the mount
+    /// (`holdRecoveredNamespaceOperations`, `releaseRecoveredNamespaceOperations`).
+    var namespaceHeld = false
+    /// Operations Dropbox would not take, for `dbxfs sync` to report once (through this sequence).
+    var undoneOperations: [UndoneOperation] = []
+    var undoneReportedThrough: UInt64 = 0
+    /// Runs the checks before a delete batch in parallel (NamespaceDispatcher.swift).
+    let namespacePool: WorkerPool
 
     /// Opens (or creates) the journal and staging area in `cacheDirectory` and resumes every
     /// journaled upload. Staging files no journal row refers to are deleted (a crash while a file
@@ -77,9 +89,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
         stagingArea = try StagingArea(cacheDirectory: cacheDirectory)
         let records: [UploadRecord]
+        let operations: [NamespaceOperation]
         do {
             journal = try UploadJournal(cacheDirectory: cacheDirectory)
             records = try journal.allRecords()
+            operations = try journal.allNamespaceOperations()
             generationCounter = try journal.lastGeneration()
         } catch {
             WriteBackLog.error("cannot open the upload journal in \(cacheDirectory.path): \(error)")
@@ -88,7 +102,13 @@ public final class WriteBackEngine: @unchecked Sendable {
         jobPool = WorkerPool(name: "dbxfs-upload", threads: configuration.uploadThreads)
         chunkPool = WorkerPool(name: "dbxfs-chunk",
                                threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
+        namespacePool = WorkerPool(name: "dbxfs-namespace", threads: 8)
         recover(records)
+        for operation in operations {
+            enqueue(operation)
+            WriteBackLog.info("resuming \(operation.summary) (not done on Dropbox yet)")
+        }
+        namespaceHeld = configuration.holdRecoveredNamespaceOperations && !operations.isEmpty
         // A case-only rename that stopped halfway (CaseOnlyRename.swift) is finished in the
         // background: it needs the network, and the mount must not wait for it.
         if (try? journal.database.query("SELECT 1 FROM case_renames LIMIT 1").isEmpty) == false {
@@ -97,6 +117,9 @@ public final class WriteBackEngine: @unchecked Sendable {
         let dispatcher = Thread { [self] in self.dispatchLoop() }
         dispatcher.name = "dbxfs-writeback"
         dispatcher.start()
+        let namespaceDispatcher = Thread { [self] in self.namespaceLoop() }
+        namespaceDispatcher.name = "dbxfs-namespace"
+        namespaceDispatcher.start()
     }
 
     // MARK: Writing
@@ -366,6 +389,9 @@ public final class WriteBackEngine: @unchecked Sendable {
         let heldCloses = Set(files.values.filter { $0.closeFailure != nil && !$0.writing }.map(ObjectIdentifier.init))
         if retryingHeld {
             for dirty in files.values where dirty.hardError != nil || dirty.closeFailure != nil { dirty.notBefore = .distantPast }
+            for index in namespaceOperations.indices where namespaceOperations[index].hardError != nil {
+                namespaceOperations[index].notBefore = .distantPast
+            }
         }
         condition.broadcast()
         while true {
@@ -375,14 +401,33 @@ public final class WriteBackEngine: @unchecked Sendable {
                 let closedBefore = record.generation <= target || heldCloses.contains(ObjectIdentifier(dirty))
                 return closedBefore && dirty.committedGeneration < record.generation
             }
-            if left.isEmpty { return [] }
+            // Namespace operations journaled before the call (NamespaceQueue.swift).
+            let leftOperations = namespaceOperations.filter { $0.sequence <= target }
             let stuck = left.values.allSatisfy { dirty in
                 (dirty.hardError != nil || dirty.closeFailure != nil) && !dirty.writing && (!retryingHeld || dirty.failedAt >= asked)
-            }
-            if stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
-                return left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
+            } && leftOperations.allSatisfy { $0.hardError != nil && (!retryingHeld || $0.failedAt >= asked) }
+            let done = left.isEmpty && leftOperations.isEmpty
+            if done || stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
+                var reports = left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
+                let queued = Set(leftOperations.map(\.sequence))
+                reports += namespaceReports().filter { queued.contains($0.generation) }
+                // sync names, once, what Dropbox refused since the last sync.
+                if retryingHeld { reports += takeUndone(through: target) }
+                return reports
             }
         }
+    }
+
+    /// Operations undone through `sequence` not reported yet, as failed `PendingUpload`s (lock held).
+    private func takeUndone(through sequence: UInt64) -> [PendingUpload] {
+        let reports = undoneOperations.filter { $0.sequence > undoneReportedThrough && $0.sequence <= sequence }.map { undone in
+            var report = PendingUpload(path: undone.path, size: 0, generation: undone.sequence, state: .failed,
+                                       openForWriting: false, attempts: 0, lastError: "undone: \(undone.reason)")
+            report.operation = undone.summary
+            return report
+        }
+        undoneReportedThrough = max(undoneReportedThrough, sequence)
+        return reports
     }
 
     // MARK: Status and shutdown
@@ -418,11 +463,12 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
         let errors = recentErrors
         let isOffline = offline
+        let operations = namespaceReports()
         condition.unlock()
         let conflicts = (try? journal.recentConflicts(limit: 50)) ?? []
         return WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
                                transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
-                               conflicts: conflicts, recentErrors: errors, offline: isOffline)
+                               conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
     }
 
     /// The daemon is stopping (a signal, an unmount): fsync and sync callers stop waiting at
@@ -448,8 +494,9 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.unlock()
         jobPool.stop(dropQueued: true)
         chunkPool.stop(dropQueued: true)
+        namespacePool.stop(dropQueued: true)
         for item in left where item.journaled {
-            WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.path) (\(item.lastError ?? "pending"))")
+            WriteBackLog.warning("not on Dropbox yet, kept in the journal for the next mount: \(item.operation ?? item.path) (\(item.lastError ?? "pending"))")
         }
         for item in left where !item.journaled {
             WriteBackLog.error("lost: \(item.path) was closed but its close could never be journaled (a full cache disk), so it is not kept for the next mount")
@@ -524,7 +571,7 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// Runs `body` (without the lock) while `keys` and their subtrees are held: no upload of them
     /// starts, and none is in flight.
-    private func holding(_ keys: [String], _ body: () throws(Errno) -> Void) throws(Errno) {
+    func holding(_ keys: [String], _ body: () throws(Errno) -> Void) throws(Errno) {
         condition.lock()
         while keys.contains(where: isHeld) { condition.wait() }
         heldKeys.append(contentsOf: keys)
@@ -577,7 +624,7 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Forgets dirty files whose rows are already gone: chunks, staging files, memory.
-    private func discard(_ doomed: [DirtyFile]) {
+    func discard(_ doomed: [DirtyFile]) {
         for dirty in doomed {
             let key = Self.key(dirty.path)
             try? journal.forgetChunks(staging: dirty.file.name)
@@ -590,7 +637,7 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Puts moved dirty files under their new keys, with the bases the facade returned.
-    private func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
+    func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
         for move in moves {
             let oldKey = Self.key(move.dirty.path)
             if files[oldKey] === move.dirty { files[oldKey] = nil }
@@ -657,6 +704,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             } else {
                 let ready = files.filter { key, dirty in
                     dirty.record != nil && !dirty.writing && dirty.active == nil && dirty.closeFailure == nil && !isHeld(key)
+                        && !waitsForNamespace(key)
                 }.sorted { $0.value.record!.generation < $1.value.record!.generation }
                 for (key, dirty) in ready {
                     // A session streamed while the file was written counts from its start, so the
@@ -774,18 +822,24 @@ enum DropboxChunkRules {
     static let blockSize = 4 * 1024 * 1024
 }
 
-/// One dirty file of a rename, with its row as it will be under the new path.
-private struct PlannedMove {
+/// One dirty file of a rename, with its row as it will be under the new path. The hashes of our
+/// earlier commits stay with it: the move takes a commit that landed unheard along (Dropbox moves
+/// keep the file), so its conflict at the new path is still recognised as our own.
+struct PlannedMove {
     let dirty: DirtyFile
     let newPath: String
-    var newRecord: UploadRecord? {
-        guard var record = dirty.record else { return nil }
-        record.pathKey = WriteBackEngine.key(newPath)
-        record.path = newPath
-        record.commitPath = nil
-        record.state = .pending
-        record.lastError = nil
-        record.sentHashes = []
-        return record
+    var newRecord: UploadRecord?
+
+    init(dirty: DirtyFile, newPath: String) {
+        self.dirty = dirty
+        self.newPath = newPath
+        if var record = dirty.record {
+            record.pathKey = WriteBackEngine.key(newPath)
+            record.path = newPath
+            record.commitPath = nil
+            record.state = .pending
+            record.lastError = nil
+            newRecord = record
+        }
     }
 }

@@ -28,6 +28,16 @@ public struct WriteBackConfiguration: Sendable {
     public var retryMaxDelay: TimeInterval = 30
     /// Retry delay after a failure that needs time or a person (insufficient space, refused name).
     public var hardFailureRetryDelay: TimeInterval = 60
+    /// Namespace operations (mkdir, unlink, rmdir, rename) are gathered into one batch until none
+    /// came for this long (`rm -rf` and `tar x` issue them back to back)...
+    public var namespaceGatherDelay: TimeInterval = 0.02
+    /// ...or for this long in all.
+    public var namespaceMaxGather: TimeInterval = 0.25
+    /// Entries per namespace batch (Dropbox takes at most 1000 per delete_batch and move_batch_v2).
+    public var maxNamespaceBatch = 1000
+    /// Operations read back from the journal at start wait for `releaseRecoveredNamespaceOperations`
+    /// (the facade shows them on the mount first, so their outcome cannot reach it before they do).
+    public var holdRecoveredNamespaceOperations = false
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

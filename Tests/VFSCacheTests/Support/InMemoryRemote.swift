@@ -133,7 +133,10 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
 
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
         let key = try begin("download", path)
-        guard let node = nodes[key] ?? nodes.values.first(where: { $0.id == path }) else { lock.unlock(); throw .notFound(path) }
+        // By rev when given, as the real adapter asks ("rev:…"): a file moved meanwhile keeps it.
+        let found = rev.flatMap { rev in nodes.values.first { !$0.isFolder && $0.rev == rev } }
+            ?? nodes[key] ?? nodes.values.first(where: { $0.id == path })
+        guard let node = found else { lock.unlock(); throw .notFound(path) }
         lock.unlock()
         guard !node.isFolder else { throw .notFile(path) }
         if let rev, rev != node.rev { throw .notFound("\(path) at rev \(rev)") }

@@ -152,20 +152,28 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
         try inner.download(path: path, rev: rev, range: range, sink: sink)
     }
+    /// The namespace batches sent, in order: operation name and the entries' paths.
+    var namespaceBatches: [(operation: String, paths: [String])] { lock.lock(); defer { lock.unlock() }; return batches }
+    private var batches: [(operation: String, paths: [String])] = []
+    private func noteBatch(_ operation: String, _ paths: [String]) { lock.lock(); batches.append((operation, paths)); lock.unlock() }
+
     // Namespace batches: gates and rules by operation name, with the first entry's path as key.
     func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        noteBatch("createFolders", paths)
         try enter("createFolders", paths.first ?? "")
         let results = try inner.createFolders(paths)
         try leave("createFolders", paths.first ?? "")
         return results
     }
     func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        noteBatch("deleteBatch", entries.map(\.path))
         try enter("deleteBatch", entries.first?.path ?? "")
         let results = try inner.deleteBatch(entries)
         try leave("deleteBatch", entries.first?.path ?? "")
         return results
     }
     func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        noteBatch("moveBatch", entries.map { "\($0.from)→\($0.to)" })
         try enter("moveBatch", entries.first?.from ?? "")
         let results = try inner.moveBatch(entries)
         try leave("moveBatch", entries.first?.from ?? "")
