@@ -38,6 +38,12 @@ enum StatusRenderer {
         } else {
             lines.append("  uploads   \(uploads.pendingFiles) pending, \(bytes(Int64(clamping: uploads.pendingBytes)))\(uploads.offline ? " (Dropbox unreachable; will retry)" : "")")
         }
+        if let operations = uploads.operations, operations.pending > 0 {
+            let oldest = operations.oldestAt.map { ", oldest \(time($0))" } ?? ""
+            lines.append("  changes   \(operations.pending) not on Dropbox yet (mkdir, unlink, rmdir, rename)\(oldest)"
+                         + (operations.lastError.map { "; last error: \($0)" } ?? ""))
+            for item in operations.first.prefix(5) { lines.append("    \(item.operation ?? item.path)  \(item.state)") }
+        }
         // One name column for all bars, so the bars line up: as wide as the longest name, within
         // what the terminal leaves next to the figures (~70 columns).
         let longest = uploads.transfers.map { ($0.path as NSString).lastPathComponent.count + ($0.writing ? 10 : 0) }.max() ?? 0
