@@ -384,6 +384,8 @@ public final class WriteBackEngine: @unchecked Sendable {
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.
         urgentThrough = max(urgentThrough, target)
+        // Whoever waits for everything comes after the mount's start-up overlay.
+        namespaceHeld = false
         let asked = Date()
         // Closed before the call too, though journaled (with a later generation) only meanwhile.
         let heldCloses = Set(files.values.filter { $0.closeFailure != nil && !$0.writing }.map(ObjectIdentifier.init))
@@ -494,9 +496,10 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.unlock()
         jobPool.stop(dropQueued: true)
         chunkPool.stop(dropQueued: true)
-        namespacePool.stop(dropQueued: true)
+        // Checks already queued run out (the dispatcher waits for them), and find the engine stopped.
+        namespacePool.stop(dropQueued: false)
         for item in left where item.journaled {
-            WriteBackLog.warning("not on Dropbox yet, kept in the journal for the next mount: \(item.operation ?? item.path) (\(item.lastError ?? "pending"))")
+            WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.operation ?? item.path) (\(item.lastError ?? "pending"))")
         }
         for item in left where !item.journaled {
             WriteBackLog.error("lost: \(item.path) was closed but its close could never be journaled (a full cache disk), so it is not kept for the next mount")

@@ -243,7 +243,7 @@ struct MountBackend: CustomStringConvertible {
         let kept = left.filter(\.journaled), lost = left.filter { !$0.journaled }
         if !kept.isEmpty {
             let names = kept.map { "\($0.operation ?? $0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
-            logger.warning("unmounted with \(kept.count) file(s) or change(s) not on Dropbox yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+            logger.warning("unmounted with \(kept.count) file(s) or change(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
         }
         if !lost.isEmpty {
             // Closes the full cache disk never let us journal (docs/SEMANTICS.md, "Writing").
