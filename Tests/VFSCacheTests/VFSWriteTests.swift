@@ -15,7 +15,7 @@ import Testing
         let directory: URL
         let keepDirectory: Bool
         init(_ remote: any RemoteStore, directory existing: URL? = nil, log: LogCapture = LogCapture(),
-             holdRecoveredOperations: Bool = false) throws {
+             holdRecoveredOperations: Bool = false, configure: (inout VFSConfig) -> Void = { _ in }) throws {
             directory = try existing ?? temporaryDirectory()
             keepDirectory = existing != nil
             var writeBack = WriteBackConfiguration()
@@ -26,7 +26,7 @@ import Testing
             writeBack.holdRecoveredNamespaceOperations = holdRecoveredOperations
             writeBack.logger = log.logger
             let directory = self.directory
-            vfs = try VFS(remote: remote, config: testConfig { $0.cacheDirectory = directory; $0.directoryTTL = 0.5; $0.negativeTTL = 0 },
+            vfs = try VFS(remote: remote, config: testConfig { $0.cacheDirectory = directory; $0.directoryTTL = 0.5; $0.negativeTTL = 0; configure(&$0) },
                           logger: log.logger, clock: .monotonic, writeBack: writeBack)
         }
         func sync() { #expect(vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty) }
@@ -267,6 +267,21 @@ import Testing
         again.sync()
         #expect(remote.allPaths() == ["/n", "/n/keep"])
         #expect(try names(again.vfs, rootInode) == ["N"])
+    }
+
+    /// A folder Dropbox would refuse to move in one go (too_many_files) is refused at once with
+    /// EXDEV, so `mv` copies and removes, rather than renamed and undone later.
+    @Test func aFolderOverTheMoveLimitIsCrossDevice() throws {
+        let remote = InMemoryRemote()
+        for i in 0..<4 { remote.externalWrite("/big/f\(i)", "\(i)") }
+        remote.externalWrite("/small/f", "f")
+        let w = try Writable(remote) { $0.maxMoveEntries = 4 }
+        #expect(throws: Errno.crossDevice) {
+            try w.vfs.rename(parent: rootInode, name: "big", newParent: rootInode, newName: "big2", flags: [])
+        }
+        try w.vfs.rename(parent: rootInode, name: "small", newParent: rootInode, newName: "small2", flags: [])
+        w.sync()
+        #expect(remote.allPaths() == ["/big", "/big/f0", "/big/f1", "/big/f2", "/big/f3", "/small2", "/small2/f"])
     }
 
     @Test func renameFilesAndFolders() throws {
