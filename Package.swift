@@ -33,5 +33,6 @@ let package = Package(
         .testTarget(name: "ContentHashTests", dependencies: ["ContentHash"]),
         .testTarget(name: "DropboxRemoteTests", dependencies: ["DropboxRemote"]),
         .testTarget(name: "VFSCacheTests", dependencies: ["VFSCache"]),
+        .testTarget(name: "dbxfsTests", dependencies: ["dbxfs", "DropboxRemote", "VFSCache"]),
     ]
 )

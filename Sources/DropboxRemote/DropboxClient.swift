@@ -183,7 +183,9 @@ extension DropboxClient {
                 let budget = policy.maxTotalWait.map { max(0, $0 - waited) } ?? .infinity
                 guard let wait = pacer.reserve(limit: budget) else {
                     // The client is paused for longer than this caller may wait.
-                    throw lastError ?? .rateLimited(reason: "paced", retryAfter: pacer.interval)
+                    let error = lastError ?? .rateLimited(reason: "paced", retryAfter: pacer.interval)
+                    configuration.observer?.failed(error)
+                    throw error
                 }
                 if wait > 0 {
                     waited += wait
@@ -201,6 +203,7 @@ extension DropboxClient {
             do {
                 let result = try body(context)
                 pacer?.succeeded()
+                configuration.observer?.succeeded()
                 return result
             } catch let failure {
                 error = failure
@@ -216,14 +219,28 @@ extension DropboxClient {
             RetryPolicy.record(error, decision: decision, in: &tally)
             switch decision {
             case .fail:
-                throw error
+                // A rejected token may have a successor already: a new `dbxfs auth` of the same
+                // profile while this client runs. Take it and send the request again, once per
+                // refresh allowance.
+                guard case .auth = error, tally.tokenRefreshes < policy.maxTokenRefreshes,
+                      let tokens, let used = context.accessToken, tokens.adoptReloaded(replacing: used) else {
+                    configuration.observer?.failed(error)
+                    throw error
+                }
+                tally.tokenRefreshes += 1
             case .refreshToken:
-                guard let tokens, let used = context.accessToken else { throw error }
-                _ = try tokens.refresh(replacing: used, using: refreshGrant)
+                guard let tokens, let used = context.accessToken else { configuration.observer?.failed(error); throw error }
+                do {
+                    _ = try tokens.refresh(replacing: used, using: refreshGrant)
+                } catch let refused {
+                    // The refresh token itself was revoked (`dbxfs unlink`): perhaps relinked since.
+                    guard tokens.adoptReloaded(replacing: used) else { configuration.observer?.failed(refused); throw refused }
+                }
                 statistics.countRetry(of: error)
             case .retry(let delay):
-                if let limit = policy.maxTotalWait, waited + delay > limit { throw error }
+                if let limit = policy.maxTotalWait, waited + delay > limit { configuration.observer?.failed(error); throw error }
                 statistics.countRetry(of: error)
+                configuration.observer?.willRetry(after: error, in: delay)
                 waited += delay
                 if !policy.sleeper.sleep(seconds: delay, cancel: cancel) { throw .cancelled }
             }

@@ -157,6 +157,9 @@ public enum RouteError: Sendable, Equatable {
     case uploadSession(UploadSessionLookupError)
     /// The cursor is no longer valid (list_folder/continue, longpoll).
     case reset
+    /// create_shared_link_with_settings `settings_error`: the SharedLinkSettingsError tag
+    /// (`invalid_settings`, `not_authorized`).
+    case settingsError(String)
     /// Any other member of the route's union, by tag (`cant_move_folder_into_itself`,
     /// `content_hash_mismatch`, `too_many_write_operations`, `invalid_async_job_id`, ...).
     case other(tag: String)
@@ -166,7 +169,8 @@ public enum RouteError: Sendable, Equatable {
         let tag = json.tag ?? "unknown"
         switch (shape, tag) {
         case (_, "reset"): self = .reset
-        case (.lookup, "path"): self = .path(LookupError(json: json["path"]))
+        case (.lookup, "path"), (.sharedLink, "path"): self = .path(LookupError(json: json["path"]))
+        case (.sharedLink, "settings_error"): self = .settingsError(json["settings_error"]?.tag ?? "other")
         case (.write, "path"): self = .pathWrite(WriteError(json: json["path"]))
         // UploadWriteFailed is a plain struct, so it is inlined next to the tag: {"reason": ...}.
         case (.upload, "path"): self = .pathWrite(WriteError(json: json["reason"]))
@@ -214,7 +218,7 @@ extension RouteError {
 
 /// Which error union a route declares, so `RouteError.init(json:shape:)` can read its payloads.
 public enum RouteErrorShape: Sendable {
-    case lookup, write, upload, uploadSession, uploadSessionFinish, delete, relocation, none
+    case lookup, write, upload, uploadSession, uploadSessionFinish, delete, relocation, sharedLink, none
 }
 
 extension DropboxError {
@@ -251,7 +255,7 @@ extension DropboxError {
         case 500...599:
             return .server(status: status, message: String(text.prefix(500)))
         default:
-            return .unexpectedResponse("HTTP \(status): \(text.prefix(500))")
+            return .unexpectedResponse("HTTP \(status)" + (text.isEmpty ? " with an empty body" : ": \(text.prefix(500))"))
         }
     }
 }

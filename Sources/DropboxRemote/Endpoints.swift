@@ -58,6 +58,8 @@ public struct ClientConfiguration: Sendable {
     /// Slow the whole client down after 429s (RequestPacer.swift). Off only for tests that look at
     /// one call's own waits.
     public var adaptivePacing = true
+    /// Told of every retry, final failure and success (RequestObserver.swift); nil: nobody.
+    public var observer: (any RequestObserver)?
 
     public static let version = "0.1.0"
 

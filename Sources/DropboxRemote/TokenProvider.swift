@@ -5,6 +5,11 @@
 /// request carried a token that is no longer current skips the refresh entirely and retries with
 /// the current one. Each new token is handed to `persist` (e.g. to rewrite the config file) before
 /// anyone else can refresh again, so saved tokens arrive in order.
+///
+/// A token can also be replaced from outside: when the server rejects ours for good (revoked by
+/// `dbxfs unlink`, or a refresh token that no longer works), `reload` is asked for the token
+/// stored now, which a new `dbxfs auth` of the same profile may have written meanwhile; a
+/// different one is adopted, so a running mount needs no remount after a relink.
 import Foundation
 
 /// What the OAuth token endpoint gave us.
@@ -33,6 +38,8 @@ public final class TokenProvider: @unchecked Sendable {
     /// Refresh this long before `expiresAt` rather than waiting for a 401.
     public let refreshMargin: TimeInterval
     private let persist: (@Sendable (OAuthToken) -> Void)?
+    /// The token stored outside now (the credential store), or nil; see the top of the file.
+    private let reload: (@Sendable () -> OAuthToken?)?
     private let condition = NSCondition()
     private var token: OAuthToken
     /// When `token` arrived: with `expiresAt` it gives the token's lifetime.
@@ -40,14 +47,14 @@ public final class TokenProvider: @unchecked Sendable {
     private var refreshing = false
 
     public init(token: OAuthToken, appKey: String? = nil, appSecret: String? = nil, refreshMargin: TimeInterval = 60,
-                persist: (@Sendable (OAuthToken) -> Void)? = nil) {
+                persist: (@Sendable (OAuthToken) -> Void)? = nil, reload: (@Sendable () -> OAuthToken?)? = nil) {
         self.token = token; self.appKey = appKey; self.appSecret = appSecret
-        self.refreshMargin = refreshMargin; self.persist = persist
+        self.refreshMargin = refreshMargin; self.persist = persist; self.reload = reload
     }
 
     /// A provider for a long-lived token that is never refreshed.
-    public convenience init(accessToken: String) {
-        self.init(token: OAuthToken(accessToken: accessToken))
+    public convenience init(accessToken: String, reload: (@Sendable () -> OAuthToken?)? = nil) {
+        self.init(token: OAuthToken(accessToken: accessToken), reload: reload)
     }
 
     public var current: OAuthToken {
@@ -102,5 +109,31 @@ public final class TokenProvider: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         return try result.get().accessToken
+    }
+
+    /// After the server rejected `stale` for good: adopts the token `reload` finds if it is
+    /// another one (a relink happened), and returns whether it did. Single flight with
+    /// `refresh`; a token adopted or refreshed by another thread meanwhile counts as found.
+    public func adoptReloaded(replacing stale: String) -> Bool {
+        guard let reload else { return false }
+        condition.lock()
+        while refreshing { condition.wait() }
+        if token.accessToken != stale {
+            condition.unlock()
+            return true
+        }
+        refreshing = true
+        condition.unlock()
+        let stored = reload()
+        condition.lock()
+        defer {
+            refreshing = false
+            condition.broadcast()
+            condition.unlock()
+        }
+        guard let stored, stored.accessToken != stale, stored.accessToken != token.accessToken else { return false }
+        token = stored
+        receivedAt = Date()
+        return true
     }
 }

@@ -72,7 +72,7 @@ final class BlockStore: @unchecked Sendable {
         } catch {
             let failure = failures.withLock { $0[request.key] }
             let cause = error == .timedOut ? "not fetched within \(config.readTimeout) s" : failure?.cause ?? "\(error)"
-            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(request.range.lowerBound)..<\(request.range.upperBound) failed: \(cause)")
+            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(request.range.lowerBound) to \(request.range.upperBound) failed: \(cause)")
             throw error == .timedOut ? .io : failure?.errno ?? .io
         }
     }
@@ -308,7 +308,7 @@ final class BlockStore: @unchecked Sendable {
     /// (`block(_:)` logs it for them; a read-ahead failure alone is only a debug line).
     private func recordFailure(of requests: [BlockRequest], _ failure: FetchFailure) {
         guard let first = requests.first, let last = requests.last else { return }
-        let blocks = first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index)...\(last.key.index)"
+        let blocks = first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index) to \(last.key.index)"
         log.debug("download of \(first.path) \(blocks) failed: \(failure.cause)")
         failures.withLock { causes in
             if causes.count > 256 { causes.removeAll() }

@@ -150,8 +150,10 @@ public final class ChangeWatcher: Sendable {
                 if stopping { return }
                 // The tree stays "watched": offline, the cached tree is the best answer, and
                 // trying Dropbox on every TTL expiry would only make each lookup wait. The
-                // feed catches up from the same cursor once Dropbox answers again.
-                setOffline("\(error)")
+                // feed catches up from the same cursor once Dropbox answers again. A refused
+                // access is not offline: Dropbox answers, and the mount says what to do.
+                if case .auth = error {} else { setOffline("\(error)") }
+                offline.noteNextProbe(at: Date().addingTimeInterval(delay))
                 sleep(delay)
                 delay = min(delay * 2, options.maxRetryDelay)
             }
@@ -318,7 +320,7 @@ public final class ChangeWatcher: Sendable {
     // MARK: Online/offline
 
     private func setOffline(_ reason: String) {
-        if offline.set(offline: true, reason: reason) { log.warning("offline: Dropbox cannot be reached (\(reason)); serving cached metadata and data, retrying") }
+        if offline.set(offline: true, reason: reason) { log.warning("offline (\(reason)); serving cached metadata and data, retrying") }
     }
 
     private func setOnline() {

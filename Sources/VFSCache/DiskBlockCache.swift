@@ -219,7 +219,7 @@ final class DiskBlockCache: @unchecked Sendable {
         var filled = false
         var cause: Int32 = 0
         for _ in 0..<2 {
-            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch { return "\(error)" }
+            do { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) } catch { return error.localizedDescription }
             filled = fill(temporary)
             cause = errno
             if filled || FileManager.default.fileExists(atPath: folder.path) { break }

@@ -31,6 +31,7 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
     public static let again = Errno(EAGAIN)
     public static let crossDevice = Errno(EXDEV)
     public static let notImplemented = Errno(ENOSYS)
+    public static let networkUnreachable = Errno(ENETUNREACH)
 
     public var description: String { String(cString: strerror(rawValue)) }
 
@@ -55,5 +56,13 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
         case .unavailable, .other: self = .io
         case .cancelled: self = Errno(ECANCELED)
         }
+    }
+
+    /// For the changes that go to Dropbox at once and cannot wait in the upload journal (mkdir,
+    /// rmdir, unlink, rename): while Dropbox cannot be reached they fail with ENETUNREACH,
+    /// "Network is unreachable", which is what cp, mv, rm, mkdir and rsync then print; EIO would
+    /// read as a failing disk, EAGAIN as "try again at once". Otherwise as `init(_:)`.
+    public init(namespaceChange error: RemoteError) {
+        if case .unavailable = error { self = .networkUnreachable } else { self.init(error) }
     }
 }

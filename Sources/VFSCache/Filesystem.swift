@@ -72,9 +72,12 @@ public struct FilesystemStats: Sendable, Equatable {
     public var totalBlocks: UInt64
     public var freeBlocks: UInt64
     public var maxNameLength: UInt64
-    public init(blockSize: UInt64, totalBlocks: UInt64, freeBlocks: UInt64, maxNameLength: UInt64) {
+    /// Files and folders the filesystem knows of (the "used inodes" of `df -i`; Dropbox itself
+    /// has no inode limit).
+    public var usedFiles: UInt64
+    public init(blockSize: UInt64, totalBlocks: UInt64, freeBlocks: UInt64, maxNameLength: UInt64, usedFiles: UInt64 = 0) {
         self.blockSize = blockSize; self.totalBlocks = totalBlocks; self.freeBlocks = freeBlocks
-        self.maxNameLength = maxNameLength
+        self.maxNameLength = maxNameLength; self.usedFiles = usedFiles
     }
 }
 

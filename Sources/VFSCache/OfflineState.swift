@@ -16,21 +16,42 @@ import Synchronization
 
 public final class OfflineState: Sendable {
     private let flag = Atomic<Bool>(false)
-    private let why = Mutex<String?>(nil)
+    private let details = Mutex(Details())
+
+    /// For `dbxfs status`: why, since when, and when the watcher tries again.
+    private struct Details {
+        var reason: String?
+        var since: Date?
+        var nextProbe: Date?
+    }
 
     public init(offline: Bool = false, reason: String? = nil) {
         flag.store(offline, ordering: .relaxed)
-        why.withLock { $0 = reason }
+        details.withLock { $0 = Details(reason: reason, since: offline ? Date() : nil) }
     }
 
     public var isOffline: Bool { flag.load(ordering: .relaxed) }
-    public var reason: String? { why.withLock { $0 } }
+    /// A sentence (the error that made the mount go offline).
+    public var reason: String? { details.withLock { $0.reason } }
+    public var since: Date? { details.withLock { $0.since } }
+    /// When the change watcher probes Dropbox next (nil: not known).
+    public var nextProbe: Date? { details.withLock { $0.nextProbe } }
 
     /// Returns true if this changed the state.
     @discardableResult
     public func set(offline: Bool, reason: String? = nil) -> Bool {
-        why.withLock { $0 = offline ? reason : nil }
-        return flag.exchange(offline, ordering: .relaxed) != offline
+        let changed = flag.exchange(offline, ordering: .relaxed) != offline
+        details.withLock { details in
+            details.reason = offline ? reason : nil
+            if changed || !offline { details.since = offline ? Date() : nil }
+            if !offline { details.nextProbe = nil }
+        }
+        return changed
+    }
+
+    /// The watcher's next attempt to reach Dropbox.
+    public func noteNextProbe(at date: Date) {
+        details.withLock { $0.nextProbe = date }
     }
 }
 
@@ -58,7 +79,7 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
             last = now
             return true
         }
-        if !mayProbe { throw .unavailable("offline: \(state.reason ?? "Dropbox cannot be reached")") }
+        if !mayProbe { throw .unavailable("the mount is offline: \(state.reason ?? "Dropbox cannot be reached")") }
     }
 
     /// Runs one forwarded call; a call that got an answer from Dropbox (even a refusal) proves
@@ -122,4 +143,5 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
     }
     public func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try pass { () throws(RemoteError) in try base.spaceUsage() } }
     public func export(path: String) throws(RemoteError) -> ExportedFile { try pass { () throws(RemoteError) in try base.export(path: path) } }
+    public func sharedLink(path: String) throws(RemoteError) -> String? { try pass { () throws(RemoteError) in try base.sharedLink(path: path) } }
 }

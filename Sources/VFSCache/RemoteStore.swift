@@ -111,6 +111,9 @@ public struct RemoteUploadedSession: Sendable, Equatable, Codable {
 public typealias RemoteProgress = @Sendable (_ done: UInt64, _ total: UInt64) -> Bool
 
 /// Failures, already classified; the remote adapter has done its retries before throwing these.
+/// Payloads: `notFound`, `notFolder`, `notFile`, `conflict`, `disallowedName` and `malformedPath`
+/// carry the path they are about; the other cases with text carry a sentence for people, naming
+/// the path where there is one. Rendered in RemoteError+Description.swift, never as the enum.
 public enum RemoteError: Error, Sendable, Equatable {
     case notFound(String)
     case notFolder(String)
@@ -205,8 +208,13 @@ public protocol RemoteStore: Sendable {
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64)
 
     /// The content of an `exportOnly` file (by path or id), in its default export format.
-    /// Has a default implementation that throws `.notFile`.
+    /// Has a default implementation that throws `.other` (a remote without exports).
     func export(path: String) throws(RemoteError) -> ExportedFile
+
+    /// The URL of the shared link to the item at `path` itself (not one of a folder it is in),
+    /// or nil when it has none (the `user.dropbox.shared_link` attribute: SharedLinks.swift).
+    /// Has a default implementation: no links.
+    func sharedLink(path: String) throws(RemoteError) -> String?
 }
 
 /// One delete of `deleteBatch`: `parentRev` makes it conditional on the file's rev.
@@ -238,7 +246,7 @@ extension RemoteStore {
     }
 
     public func export(path: String) throws(RemoteError) -> ExportedFile {
-        throw .notFile("\(path): this remote cannot export files")
+        throw .other("\(path): this remote cannot export files")
     }
 
     public func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
@@ -264,4 +272,5 @@ extension RemoteStore {
     public func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
         entries.map { entry in Result { () throws(RemoteError) in try move(from: entry.from, to: entry.to) } }
     }
+    public func sharedLink(path: String) throws(RemoteError) -> String? { nil }
 }

@@ -311,7 +311,7 @@ extension VFS {
         do throws(WriteBackError) {
             try writeBack.waitUntilCommitted(path: path, generation: generation, timeout: Self.fsyncTimeout)
         } catch {
-            logger.warning("fsync of \(path): \(error)")
+            logger.warning("fsync of \(path): \(error.description(about: path))")
             // Not on Dropbox: at least on disk, as a close would have made it.
             writeBack.makeDurable(path: path)
             throw error.errno
@@ -395,6 +395,8 @@ extension VFS {
         try checkName(name, in: parent)
         if let existing = try metadata.child(of: parent, named: name) {
             if flags.contains(.exclusive) { throw .exists }
+            // Another file whose name differs only in case: one name cannot hold two files.
+            if existing.name != name { throw refuseCaseClash(name, existing.name, in: parent) }
             if existing.isDirectory { throw .isDirectory }
             let reply = try open(existing.ino, flags: flags.union(.write))
             metadata.addLookup(existing.ino)
@@ -504,6 +506,10 @@ extension VFS {
         if target?.ino == source.ino { target = nil }   // a case-only rename
         if let target {
             if flags.contains(.noReplace) { throw .exists }
+            // Onto another item whose name differs only in case (rsync's temporary file renamed
+            // onto `readme` next to `README`): Dropbox cannot hold both, and replacing would drop
+            // one of two files without a word. Refused, as a create of that name is.
+            if target.name != newName { throw refuseCaseClash(newName, target.name, in: newParent) }
             switch (source.isDirectory, target.isDirectory) {
             case (true, false): throw .notDirectory
             case (false, true): throw .isDirectory
@@ -565,9 +571,9 @@ extension VFS {
             } catch {
                 // A file not uploaded yet only exists here: the engine moves its bytes.
                 if case .notFound = error, !source.isDirectory { return [:] }
-                logger.warning("rename \(from) → \(to): \(error)")
+                logger.warning("rename \(from) → \(to): \(error.description(about: from))\(needsDropbox(error, "changing only the case of a name"))")
                 if case .conflict = error { throw .exists }
-                throw Errno(error)
+                throw Errno(namespaceChange: error)
             }
         }
         dropBlocks(of: metadata.move(source.ino, to: newParent, name: newName, entry: moved))
@@ -581,6 +587,22 @@ extension VFS {
     /// and a file rewritten 20,000 times (fsx) left 294 MiB of them in the disk cache.
     private func dropBlocks(of stale: [StaleRevision]) {
         for revision in stale { blocks.purge(fileID: revision.fileID, rev: revision.rev) }
+    }
+
+    /// The end of the log line of a case-only rename refused while Dropbox cannot be reached: the
+    /// one namespace change that is not journaled (docs/SEMANTICS.md, "Writing").
+    private func needsDropbox(_ error: RemoteError, _ what: String) -> String {
+        guard case .unavailable = error else { return "" }
+        return "; \(what) needs Dropbox, so it fails until Dropbox answers (Network is unreachable); "
+            + "other changes made meanwhile are kept and sent then"
+    }
+
+    /// EEXIST for `name` where `existing` differs from it only in case (Swift's `==` already
+    /// treats composed and decomposed spellings as one name), with a log line.
+    private func refuseCaseClash(_ name: String, _ existing: String, in parent: InodeNumber) -> Errno {
+        let folder = metadata.path(of: parent).map { $0.isEmpty ? "/" : $0 } ?? "its folder"
+        logger.info("refused \(name) in \(folder) (File exists): \(existing) is there, and Dropbox cannot hold two names that differ only in case")
+        return .exists
     }
 
     private func checkName(_ name: String, in parent: InodeNumber) throws(Errno) {

@@ -33,6 +33,8 @@ public final class VFS: FilesystemOperations, Sendable {
     /// Fetches of paths whose queued operation did not go as planned (VFS+Write.swift), off the
     /// engine's event queue.
     let refreshes = DispatchQueue(label: "dbxfs.namespace-refresh")
+    /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
+    let sharedLinks: SharedLinks
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -102,6 +104,7 @@ public final class VFS: FilesystemOperations, Sendable {
         blocks = BlockStore(remote: remote, config: config, disk: disk, log: logger)
         spaceUsage = SpaceUsageCache(remote: remote, ttl: config.statfsTTL, clock: clock, log: logger)
         exported = ExportedFiles(remote: remote, log: logger)
+        sharedLinks = SharedLinks(remote: remote, clock: clock)
         relay.connect { [weak self] event in self?.handleWriteBackEvent(event) }
     }
 
@@ -396,10 +399,15 @@ public final class VFS: FilesystemOperations, Sendable {
 
     // MARK: Filesystem-wide
 
-    public func statfs() throws(Errno) -> FilesystemStats { try spaceUsage.stats() }
+    public func statfs() throws(Errno) -> FilesystemStats {
+        var stats = try spaceUsage.stats()
+        stats.usedFiles = UInt64(metadata.nodeCount)
+        return stats
+    }
 
     public func getxattr(_ ino: InodeNumber, name: String) throws(Errno) -> [UInt8] {
         guard let node = metadata.node(ino) else { throw .noEntry }
+        if name == ExtendedAttributes.sharedLink { return try sharedLinkAttribute(of: node) }
         guard let value = ExtendedAttributes.value(name, of: node) else { throw .noData }
         return Array(value.utf8)
     }

@@ -16,7 +16,7 @@ import Testing
         #expect(throws: RemoteError.unavailable("connection refused")) { try gate.metadata(path: "/a.txt") }
         // Within the interval, calls fail at once with the offline reason, without a remote call.
         remote.resetCounts()
-        #expect(throws: RemoteError.unavailable("offline: test")) { try gate.metadata(path: "/a.txt") }
+        #expect(throws: RemoteError.unavailable("the mount is offline: test")) { try gate.metadata(path: "/a.txt") }
         #expect(remote.calls("metadata") == 0)
         #expect(state.isOffline)
     }

@@ -434,7 +434,7 @@ import Testing
         }
         #expect(vfs.blocks.memory.get(request(6).key) == nil)
         #expect(vfs.blocks.memory.get(request(7).key) == nil)
-        #expect(log.contains("blocks 6...7 failed: "))
+        #expect(log.contains("blocks 6 to 7 failed: "))
         remote.cutDownloadsAfter.withLock { $0 = nil }
         inner.resetCounts()
         #expect(try vfs.readAll(file) == data)

@@ -333,7 +333,7 @@ import Testing
             #expect(remote.calls("move") == 2 && remote.allPaths() == ["/notes.txt", "/readme.md"])
             // The second move fails past the retries: the file waits under its temporary name.
             failing.setRule { name, path in name == "move" && path.contains(".dbxfs-case-") ? .unavailable("network down") : nil }
-            #expect(throws: Errno.io) {
+            #expect(throws: Errno.networkUnreachable) {
                 try w.vfs.rename(parent: rootInode, name: "readme.md", newParent: rootInode, newName: "README.md", flags: [])
             }
             let parked = try #require(remote.allPaths().first { $0.contains(".dbxfs-case-") })

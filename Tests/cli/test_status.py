@@ -6,12 +6,16 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from conftest import STATIC_TOKEN, Mount, needs_fuse
+from conftest import REPO, STATIC_TOKEN, Mount, needs_fuse
+
+sys.path.insert(0, str(REPO / "Tests" / "support"))
+from mounting import wait_until  # noqa: E402
 
 pytestmark = needs_fuse
 
@@ -187,3 +191,44 @@ def test_help_and_version(cli):
     assert cli.run("help", "sync").stdout.startswith("usage: dbxfs sync")
     version = cli.run("--version")
     assert version.returncode == 0 and version.stdout.startswith("dbxfs ")
+
+
+def test_under_server_failures_status_shows_the_connection_the_last_error_and_the_attempts(cli, emulator, mountpoint):
+    """Every API call fails (503) for a while: the mount goes offline in the log, and status must
+    say the same: the connection's state and since when, the last error and when the next try
+    is, and per file how many attempts failed (before: "pending, attempts 0, errors: []")."""
+    with Mount(cli, mountpoint, mount_args(cli, emulator), env=ENV) as m:
+        emulator.config(fail_rate=1.0, fail_status=503)
+        try:
+            for i in range(3):
+                (mountpoint / f"faulty-{i}.txt").write_text(f"{i}\n" * 100)
+
+            def explained():
+                report = status_json(cli, str(mountpoint))["mounts"][0]
+                connection = report.get("connection", {})
+                attempts = [p["attempts"] for p in report["uploads"]["pending"]]
+                return (connection.get("state") == "offline" and "HTTP 503" in connection.get("last_error", "")
+                        and connection.get("next_retry_at") and attempts and min(attempts) >= 1 and report)
+            try:
+                report = wait_until(explained, timeout=90, interval=0.5)
+            except AssertionError:
+                raise AssertionError("status never explained the failures:\n" + cli.run("status", str(mountpoint)).stdout
+                                     + json.dumps(status_json(cli, str(mountpoint))["mounts"][0].get("uploads"))[:1500]
+                                     + "\nlog:\n" + m.read_log()[-1500:])
+            assert "offline" in m.read_log()
+            assert all(p.get("last_error") for p in report["uploads"]["pending"]), report["uploads"]["pending"]
+            def connection_line():
+                text = cli.run("status", str(mountpoint)).stdout
+                line = next(line for line in text.splitlines() if line.strip().startswith("connection"))
+                # The moment of a retry has no next one yet: ask again.
+                return "next try" in line and (line, text)
+            connection, text = wait_until(connection_line, timeout=30)
+            print(text)
+            assert "offline since" in connection
+            assert "HTTP 503" in text or "the mount is offline" in text
+            assert "faulty-0.txt" in text and "after attempt" in text
+        finally:
+            emulator.config(fail_rate=0, fail_status=500)
+        result = cli.run("sync", "--timeout", "120", str(mountpoint), timeout=150)
+        assert result.returncode == 0, result.stderr + m.read_log()[-2000:]
+        assert wait_until(lambda: status_json(cli, str(mountpoint))["mounts"][0]["connection"]["state"] == "online", timeout=60)

@@ -95,15 +95,16 @@ def test_text_shows_progress_bars_pending_conflicts_and_errors(cli, daemon):
     assert daemon.requests == [{"command": "status"}]
     assert "/home/ada/Dropbox  Ada Lovelace <ada@example.com>, profile default on Dropbox" in out
     assert "1.5 GiB of 10.0 GiB on disk" in out and "3210 entries" in out
-    assert "3 pending, 1.0 GiB" in out
+    assert "3 files pending, 1.0 GiB" in out
     iso = next(line for line in out.splitlines() if "debian-13" in line)
-    assert "[############------------]  50%" in iso
+    assert "iso/debian-13.0.0-amd64-netinst.iso  [##########----------]  50%" in iso
     assert "512.0 MiB / 1.0 GiB" in iso and "50.0 MiB/s  ETA" in iso and "ETA 0:11" in iso
+    # Nothing sent yet and no rate: waiting, not a bar at 0%.
     jpg = next(line for line in out.splitlines() if "new.jpg" in line)
-    assert "[------------------------]   0%" in jpg and "0 B / 12.0 MiB" in jpg and "--/s" in jpg and "ETA --" in jpg
-    assert "/notes.txt  120 B  failed (insufficient space on Dropbox)" in out
-    assert "/a.txt -> /a (conflicted copy 2026-11-29).txt" in out
-    assert "/notes.txt: insufficient space on Dropbox" in out
+    assert "photos/new.jpg  12.0 MiB  sending" in jpg and "%" not in jpg
+    assert "notes.txt  120 B  failed after attempt 4: insufficient space on Dropbox" in out
+    assert "a.txt -> a (conflicted copy 2026-11-29).txt" in out
+    assert "notes.txt: insufficient space on Dropbox" in out
 
 
 def test_json_passes_the_documented_fields_through(cli, daemon):
@@ -146,7 +147,7 @@ def test_a_mount_without_write_back_says_so(cli):
     fake = FakeDaemon(cli.runtime / "dbxfs", report)
     try:
         result = cli.run("status")
-        assert "uploads   none (this mount has no write-back)" in result.stdout
+        assert "uploads     none (this mount has no write-back)" in result.stdout
         assert "uploads" not in json.loads(cli.run("status", "--json").stdout)["mounts"][0]
     finally:
         fake.close()
@@ -154,8 +155,8 @@ def test_a_mount_without_write_back_says_so(cli):
 
 def test_a_daemon_that_is_unmounted_or_lazily_unmounted_says_so(cli):
     pid = os.getpid()
-    for state, expected in (("unmounted", f"state     unmounted; pid {pid} finishes its uploads, then exits"),
-                            ("detached", f"state     lazily unmounted; pid {pid} still serves the files open there")):
+    for state, expected in (("unmounted", f"state       unmounted; pid {pid} finishes its uploads, then exits"),
+                            ("detached", f"state       lazily unmounted; pid {pid} still serves the files open there")):
         fake = FakeDaemon(cli.runtime / "dbxfs", dict(REPORT, state=state))
         try:
             result = cli.run("status")
@@ -168,5 +169,97 @@ def test_a_daemon_that_is_unmounted_or_lazily_unmounted_says_so(cli):
     fake = FakeDaemon(cli.runtime / "dbxfs", REPORT)
     try:
         assert "state " not in cli.run("status").stdout
+    finally:
+        fake.close()
+
+
+def many_pending(count=400):
+    """A burst of small files in a batch: most are sent and wait for the batch commit (done ==
+    total), a few are being sent, one failed and waits for its retry."""
+    transfers, pending = [], []
+    for i in range(count):
+        path = f"/photos/2026/trip/img-{i:03d}.jpg"
+        size = 100_000 + i
+        done = size if i >= 4 else i * 20_000
+        transfers.append({"path": path, "bytes_done": done, "bytes_total": size,
+                          "bytes_per_second": 0 if done in (0, size) else 80_000.0,
+                          "eta_seconds": 0.0 if done == size else None, "started_at": "2026-11-29T21:03:54Z"})
+        pending.append({"path": path, "size": size, "state": "uploading", "attempts": 0, "open_for_writing": False})
+    for t in transfers:
+        if t["eta_seconds"] is None:
+            del t["eta_seconds"]
+    pending.append({"path": "/notes/todo.txt", "size": 120, "state": "failed", "attempts": 3, "open_for_writing": False,
+                    "last_error": "the Dropbox account is full (insufficient space)",
+                    "next_attempt_at": "2999-01-01T00:00:00Z"})
+    pending.append({"path": "/drafts/open.txt", "size": 5000, "state": "pending", "attempts": 0, "open_for_writing": True})
+    report = json.loads(json.dumps(REPORT))
+    report["uploads"].update(pending_files=len(pending), pending_bytes=sum(p["size"] for p in pending),
+                             transfers=transfers, pending=pending, conflicts=[], errors=[],
+                             bytes_per_second=2.0 * MiB, eta_seconds=20.5)
+    report["cache"]["entries"] = 1
+    report["connection"] = {"state": "online", "last_error": "Dropbox is failing (HTTP 503: injected fault); try again later",
+                            "last_error_at": "2026-11-29T21:04:00Z", "next_retry_at": "2999-01-01T00:00:00Z"}
+    return report
+
+
+def test_many_pending_files_are_summarised_with_paths_relative_to_the_mount(cli):
+    fake = FakeDaemon(cli.runtime / "dbxfs", many_pending())
+    try:
+        result = cli.run("status")
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        print(out)
+        lines = out.splitlines()
+        assert len(lines) <= 25, f"{len(lines)} lines for 402 pending files"
+        assert "402 files pending" in out and "2.0 MiB/s" in out and "ETA 0:21" in out
+        # Paths as seen from the mountpoint, not bare names, and not as if absolute.
+        assert "photos/2026/trip/img-001.jpg" in out and "/photos/2026" not in out
+        assert "notes/todo.txt" in out and "drafts/open.txt" in out
+        # A file whose bytes are all sent still waits (for the batch commit): never "100% ... ETA 0:00".
+        assert not [l for l in lines if "100%" in l or "ETA 0:00" in l], out
+        assert "waiting for the commit" in out or "sent, waiting" in out
+        # The failed one: its attempts, next retry and error; the open one said once.
+        todo = next(l for l in lines if "notes/todo.txt" in l)
+        assert "failed" in todo and "attempt 3" in todo and "next try" in todo and "insufficient space" in todo
+        opened = next(l for l in lines if "drafts/open.txt" in l)
+        assert opened.count("open for writing") == 1, opened
+        assert "1 entry cached" in out and "1 entries" not in out
+        assert "--all" in out
+        everything = cli.run("status", "--all").stdout
+        assert len(everything.splitlines()) >= 402 and "photos/2026/trip/img-399.jpg" in everything
+    finally:
+        fake.close()
+
+
+def test_the_connection_shows_its_state_last_error_and_next_retry(cli):
+    report = json.loads(json.dumps(REPORT))
+    report["connection"] = {"state": "offline", "since": "2026-11-29T21:00:00Z",
+                            "message": "cannot reach Dropbox: Couldn't connect to server. Cached files can be read",
+                            "last_error": "cannot reach Dropbox: Couldn't connect to server",
+                            "last_error_at": "2026-11-29T21:04:00Z", "next_retry_at": "2999-01-01T00:00:00Z"}
+    report["uploads"]["pending"][2].update(attempts=4, next_attempt_at="2999-01-01T00:00:00Z")
+    fake = FakeDaemon(cli.runtime / "dbxfs", report)
+    try:
+        out = cli.run("status").stdout
+        print(out)
+        line = next(l for l in out.splitlines() if l.strip().startswith("connection"))
+        assert "offline since" in line and "Couldn't connect to server" in out
+        assert "next try" in out and "Cached files can be read" in out
+        notes = next(l for l in out.splitlines() if "notes.txt" in l and "failed" in l)
+        assert "attempt 4" in notes
+    finally:
+        fake.close()
+
+
+def test_json_prints_empty_lists_as_brackets(cli):
+    report = json.loads(json.dumps(REPORT))
+    report["uploads"].update(conflicts=[], errors=[])
+    fake = FakeDaemon(cli.runtime / "dbxfs", report)
+    try:
+        out = cli.run("status", "--json").stdout
+        assert '"conflicts" : []' in out and '"errors" : []' in out, out
+        assert json.loads(out)["mounts"][0]["uploads"]["conflicts"] == []
+        assert "[\n" not in out.replace('"mounts" : [\n', "").replace('"transfers" : [\n', "").replace(
+            '"pending" : [\n', "")
     finally:
         fake.close()

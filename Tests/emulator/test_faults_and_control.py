@@ -1,6 +1,7 @@
 """Fault injection and the control endpoint: the SDK must see the errors real Dropbox would send."""
 
 import http.client
+import os
 import json
 import ssl
 import threading
@@ -198,3 +199,28 @@ def test_reset_fault_truncates_rpc_answer(emu):
     assert resp.status == 200
     with pytest.raises((http.client.IncompleteRead, ConnectionError, ssl.SSLError)):
         resp.read()
+
+
+def test_purge_deleted_frees_the_blobs_of_deleted_files_only(dbx, emu, base):
+    """/_control/purge_deleted (for long benchmarks): a deleted file's revisions and blobs go, a
+    live file and a copy of the deleted one (a hard link to its blob) keep their bytes."""
+    emu.purge_deleted()   # what earlier tests deleted
+    blobs = os.path.join(emu.data_dir, "blobs")
+
+    def blob_count():
+        return sum(len(names) for _, _, names in os.walk(blobs))
+
+    kept = dbx.files_upload(b"kept", base + "/kept.txt")
+    gone = dbx.files_upload(b"gone-v1", base + "/gone.txt")
+    dbx.files_upload(b"gone-v2", base + "/gone.txt", mode=dropbox.files.WriteMode.overwrite)
+    dbx.files_copy_v2(base + "/gone.txt", base + "/copy.txt")
+    dbx.files_delete_v2(base + "/gone.txt")
+    before = blob_count()
+    answer = emu.purge_deleted()
+    assert answer == {"revisions": 2, "blobs": 2}, answer
+    assert blob_count() == before - 2
+    assert dbx.files_download(base + "/kept.txt")[1].content == b"kept"
+    assert dbx.files_download(base + "/copy.txt")[1].content == b"gone-v2"
+    assert dbx.files_download("rev:" + kept.rev)[1].content == b"kept"
+    with pytest.raises(ApiError):
+        dbx.files_download("rev:" + gone.rev)

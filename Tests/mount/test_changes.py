@@ -184,7 +184,7 @@ def test_offline_start_then_catch_up(dbxfs_binary, emu, tmp_path):
         with m as a:
             assert "offline" in m.read_log()
             status = subprocess.run([dbxfs_binary, "status", a.path], capture_output=True, text=True, timeout=30)
-            assert "\n  offline " in status.stdout, status.stdout + status.stderr
+            assert "\n  connection  offline since" in status.stdout, status.stdout + status.stderr
             assert sorted(os.listdir(f"{a.path}/docs")) == sorted(["a.txt", "sub"] + [f"n{i:02d}.txt" for i in range(20)])
             assert read(f"{a.path}/docs/a.txt") == b"a\n"
             start = time.monotonic()
@@ -200,7 +200,7 @@ def test_offline_start_then_catch_up(dbxfs_binary, emu, tmp_path):
             assert read(f"{a.path}/docs/n07.txt") == b"7\n"
             assert "online again" in m.read_log()
             status = subprocess.run([dbxfs_binary, "status", a.path], capture_output=True, text=True, timeout=30)
-            assert "\n  offline " not in status.stdout, status.stdout
+            assert "\n  connection  online" in status.stdout, status.stdout
     finally:
         if emu.proc is None:
             emu.start()

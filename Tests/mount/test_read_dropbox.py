@@ -148,6 +148,21 @@ def test_df_reports_account_space(mounted):
     assert "dbxfs" in out.splitlines()[1]
 
 
+def test_df_i_shows_plenty_of_free_inodes(mounted):
+    """Dropbox has no inode limit: tools that check free inodes (df -i, installers, backup
+    tools) must see nearly all free, the used ones being the entries the mount knows."""
+    os.listdir(os.path.join(mounted.path, "many"))
+    st = os.statvfs(mounted.path)
+    used = st.f_files - st.f_ffree
+    print(f"files {st.f_files}, free {st.f_ffree}, available {st.f_favail}")
+    assert st.f_files >= 1 << 32 and st.f_favail == st.f_ffree
+    assert 0 < used < 1_000_000, used
+    out = subprocess.run(["df", "-i", mounted.path], check=True, capture_output=True, text=True).stdout
+    use = out.splitlines()[1].split()[4]
+    print(out)
+    assert use in ("0%", "1%"), out
+
+
 def test_read_survives_injected_5xx_and_resets(dbxfs_binary, emulator, seed_tree, tmp_path):
     """A cold mount (its own cache) reads while 20% of requests fail with 5xx and 10% of
     connections are reset: the retries must hide all of it and the bytes must be right."""

@@ -314,6 +314,39 @@ def test_rename_flags_and_case_only_rename(writer):
     assert writer.emu.download("/Photos/2024/a.jpg") == b"jpeg"
 
 
+def test_two_names_that_differ_only_in_case_are_refused_not_merged(writer, tmp_path):
+    """`README` and `readme` cannot both be on Dropbox. cp -r says so (EEXIST on the second
+    create); rsync -a creates a temporary name and renames it onto the target, and that rename
+    must be refused the same way instead of silently replacing the first file by the second
+    (exit 0, one file left). A rename of the same file to another case stays a case-only rename."""
+    source = tmp_path / "clash"
+    source.mkdir()
+    (source / "README").write_text("upper\n")
+    (source / "readme").write_text("lower\n")
+    copy = subprocess.run(["cp", "-r", str(source), str(writer.path / "by-cp")], capture_output=True, text=True)
+    assert copy.returncode != 0 and "File exists" in copy.stderr, copy.stderr
+    sync = subprocess.run(["rsync", "-a", f"{source}/", str(writer.path / "by-rsync")], capture_output=True, text=True)
+    print(sync.returncode, sync.stderr)
+    assert sync.returncode != 0 and "File exists" in sync.stderr, (sync.returncode, sync.stderr)
+    for folder in ("by-cp", "by-rsync"):
+        names = [n for n in os.listdir(writer.path / folder) if not n.startswith(".")]
+        assert len(names) == 1, names
+        # Whichever came first kept its own bytes.
+        assert (writer.path / folder / names[0]).read_text() == (source / names[0]).read_text()
+    # A different file renamed onto a case variant of an existing name: refused.
+    (writer.path / "by-rsync" / "other").write_text("other\n")
+    with pytest.raises(OSError) as err:
+        os.rename(writer.path / "by-rsync" / "other", writer.path / "by-rsync" / "Readme")
+    assert err.value.errno == errno.EEXIST
+    # The same file to another case: allowed.
+    kept = [n for n in os.listdir(writer.path / "by-rsync") if n.lower() == "readme"][0]
+    os.rename(writer.path / "by-rsync" / kept, writer.path / "by-rsync" / "ReadMe")
+    assert (writer.path / "by-rsync" / "ReadMe").read_text() == (source / kept).read_text()
+    writer.sync()
+    names = sorted(e["name"] for e in writer.emu.api("files/list_folder", {"path": "/by-rsync"})["entries"])
+    assert names == ["ReadMe", "other"], names
+
+
 def _renameat2():
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -597,10 +630,11 @@ def test_unmount_bound_keeps_leftovers_journaled_and_names_them(dbxfs_binary, we
     m = Mount(dbxfs_binary, mnt, args, env=dict(dropbox_env(), DBXFS_UNMOUNT_DRAIN_SECONDS="1"))
     m.start()
     try:
-        (mnt / "leftover.txt").write_text("kept for later\n")
         # The next mount starts offline from the tree this one saves (listed in the background).
+        os.listdir(mnt)
         wait_saved_tree(tmp_path / "cache")
         wemu.config(fail_rate=1.0)      # Dropbox answers 500 to everything: nothing can land
+        (mnt / "leftover.txt").write_text("kept for later\n")
         m.stop()
     finally:
         wemu.config(fail_rate=0)
@@ -766,7 +800,7 @@ def test_a_full_cache_disk_never_leaves_a_file_that_sync_calls_uploaded(dbxfs_bi
                 left = (mnt / "40M.bin").read_bytes()
                 assert 0 < len(left) < 40 << 20 and source.read_bytes().startswith(left)
                 status = subprocess.run([dbxfs_binary, "status", str(mnt)], capture_output=True, text=True, timeout=30).stdout
-                line = next(line for line in status.splitlines() if "/40M.bin" in line)
+                line = next(line for line in status.splitlines() if "40M.bin" in line)
                 assert "failed" in line and "open for writing" not in line and "writing" not in line, status
                 sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
                                       timeout=120)

@@ -17,6 +17,7 @@ Stable interface (other suites import this; change it only by adding):
         emu.reset_stats()
         emu.path_state("/f", "locked")   # or "restricted_content"; None clears it (path_states.py)
         emu.reset_cursors()  # every cursor issued so far answers 409 reset
+        emu.purge_deleted()  # forget deleted files' revisions, free their blobs: {"revisions": N, "blobs": N}
         emu.api("files/create_folder_v2", {"path": "/a"})   # RPC call; returns the JSON result
         emu.upload("/a/b.txt", b"data", mode="overwrite")    # files/upload; returns FileMetadata
         emu.download("/a/b.txt")                             # bytes
@@ -200,6 +201,9 @@ class Emulator:
 
     def reset_cursors(self):
         return self._control("reset_cursors", {})
+
+    def purge_deleted(self):
+        return self._control("purge_deleted", {})
 
     def share(self, path, read_only=False, team_folder=False):
         return self._control("share", {"path": path, "read_only": read_only, "team_folder": team_folder})

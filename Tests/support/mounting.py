@@ -30,28 +30,31 @@ def force_unmount(path):
 class Mount:
     """One dbxfs process serving one mountpoint. Use as a context manager or call stop().
 
-    `env` is added on top of `base_env` (the test process's environment by default)."""
+    `env` is added on top of `base_env` (the test process's environment by default). `command`,
+    when given, is the whole command line instead of `binary -f ARGS MOUNTPOINT`, for another
+    FUSE daemon that stays in the foreground (rclone mount in scripts/bench-vs-rclone)."""
 
-    def __init__(self, binary, mountpoint, args, env=None, log_path=None, base_env=None):
+    def __init__(self, binary, mountpoint, args, env=None, log_path=None, base_env=None, command=None):
         self.binary = binary
         self.path = str(mountpoint)
         self.args = list(args)
         self.env = dict(os.environ if base_env is None else base_env, **(env or {}))
         self.log_path = log_path or (Path(self.path).parent / (Path(self.path).name + ".log"))
+        self.command = list(command) if command is not None else None
         self.proc = None
         self.log = None
 
     def start(self, timeout=30):
         """Mounts in the foreground (-f) in a subprocess and waits until the mount is live."""
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([self.binary, "-f", *self.args, self.path], env=self.env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        argv = self.command or [self.binary, "-f", *self.args, self.path]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if mounted_at(self.path):
                 return self
             if self.proc.poll() is not None:
-                raise AssertionError(f"dbxfs exited with {self.proc.returncode}: {self.read_log()}")
+                raise AssertionError(f"{Path(argv[0]).name} exited with {self.proc.returncode}: {self.read_log()}")
             time.sleep(0.05)
         self.stop()
         raise AssertionError(f"mount did not come up in {timeout}s: {self.read_log()}")
@@ -88,3 +91,15 @@ class Mount:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def wait_until(predicate, timeout=30, interval=0.2):
+    """Polls `predicate` until it returns something true (returned), or fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout} s: {getattr(predicate, '__name__', predicate)}")
+        time.sleep(interval)

@@ -11,7 +11,7 @@ import json
 import secrets
 from collections import namedtuple
 
-from . import routes_account, routes_batches, routes_export, routes_files, routes_upload_sessions
+from . import routes_account, routes_batches, routes_export, routes_files, routes_sharing, routes_upload_sessions
 from .contention import Contention
 from .path_states import PathStates
 from .errors import RouteError
@@ -25,7 +25,7 @@ from .storage import Store
 Route = namedtuple("Route", "style auth write func")
 
 ROUTES = {}
-for module in (routes_files, routes_batches, routes_upload_sessions, routes_export, routes_account):
+for module in (routes_files, routes_batches, routes_upload_sessions, routes_export, routes_account, routes_sharing):
     for name, (style, auth, write, func) in module.ROUTES.items():
         ROUTES[name] = Route(style, auth, write, func)
 
@@ -48,6 +48,7 @@ class App:
         self.sessions = routes_upload_sessions.SessionStore(self.store)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)
+            self.store.db.execute(routes_sharing.SCHEMA)
         self.control_token = control_token or secrets.token_urlsafe(24)
 
     def allocated(self):

@@ -11,8 +11,9 @@ import time
 from collections import Counter
 
 DEFAULTS = {
-    "latency_ms": 0,         # delay before every API request is handled
-    "bandwidth": 0,          # bytes/s per connection, both directions
+    "latency_ms": 0,         # round-trip time every API request pays before it is handled
+    "handshake_round_trips": 0,  # extra round trips the first API request on a connection pays
+    "bandwidth": 0,          # bytes/s per connection, each direction on its own
     "fail_rate": 0.0,        # probability of a 500 answer
     "reset_rate": 0.0,       # probability that the connection is dropped mid-body
     "rate_limit": 0,         # API requests per second before 429 too_many_requests
@@ -167,28 +168,34 @@ class WriteGate:
             self._in_flight -= 1
 
 
+# Seconds' worth of bytes moved between two pauses of a paced connection: small enough that a
+# reader sees a steady stream (at 25 MB/s, 250 kB every 10 ms), large enough to cost little CPU.
+PACING_QUANTUM = 0.01
+# How far a paced connection may fall behind its schedule and still catch up: a sleep that
+# overran (a loaded machine wakes threads late) is made good, an idle pause is not.
+PACING_SLACK = 0.02
+
+
 class Throttle:
-    """Paces one connection's bytes to the `bandwidth` setting (checked on every call)."""
+    """Paces one direction of one connection to the `bandwidth` setting (checked on every call),
+    as a link of that speed would: each chunk leaves when the link is free and keeps it busy for
+    len/rate seconds. A link that sat idle is merely free: it has saved at most PACING_SLACK of
+    credit to burst with, so a kept-alive connection is paced the same after a pause as before."""
 
     def __init__(self, settings):
         self.settings = settings
-        self._start = None
-        self._bytes = 0
+        self._free_at = 0.0   # time.monotonic() when the bytes sent so far have left
 
     def chunk_size(self, default):
         rate = self.settings["bandwidth"]
-        # Never more than asked: a 5-byte body must not wait for 1024 bytes, a range must not overrun.
-        return default if not rate else min(default, max(1024, rate // 20))
+        # Never more than asked: a 5-byte body must not wait for 4096 bytes, a range must not overrun.
+        return default if not rate else min(default, max(4096, int(rate * PACING_QUANTUM)))
 
     def pace(self, nbytes):
         rate = self.settings["bandwidth"]
         if not rate:
-            self._start = None
             return
         now = time.monotonic()
-        if self._start is None:
-            self._start, self._bytes = now, 0
-        self._bytes += nbytes
-        ahead = self._bytes / rate - (now - self._start)
-        if ahead > 0:
-            time.sleep(ahead)
+        self._free_at = max(self._free_at, now - PACING_SLACK) + nbytes / rate
+        if self._free_at > now:
+            time.sleep(self._free_at - now)

@@ -5,6 +5,11 @@ upload and download styles), `/oauth2/authorize`, `/oauth2/token`, and the loopb
 `/_control/*` endpoint. Connections are kept alive; request bodies may be chunked or sent
 after `Expect: 100-continue` (http.server answers that). Downloads go out with os.sendfile
 unless TLS, a bandwidth cap or a reset fault needs the bytes to pass through Python.
+
+Network shaping (docs/EMULATOR.md, "Network profiles"): `latency_ms` is a round trip that every
+API request pays before it is handled, and the first API request on a connection also pays
+`handshake_round_trips` more (TCP's and TLS's handshakes); `bandwidth` paces each connection's
+request bodies and answers, each direction with its own Throttle.
 """
 
 import json
@@ -159,7 +164,9 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        self.throttle = Throttle(self.server.app.settings)
+        self.throttle_in = Throttle(self.server.app.settings)    # request bodies
+        self.throttle_out = Throttle(self.server.app.settings)   # answers
+        self.api_requests = 0   # on this connection: the first one pays the handshakes
 
     def log_message(self, fmt, *args):
         if self.server.verbose:
@@ -188,8 +195,20 @@ class Handler(BaseHTTPRequestHandler):
             self._headers_buffer.append(body[: len(body) // 2])
             self.flush_headers()
             self.abort_connection()
-        self._headers_buffer.append(body)
+        first = self.throttle_out.chunk_size(len(body))
+        self._headers_buffer.append(body[:first])
         self.flush_headers()
+        self.throttle_out.pace(first)
+        self.write_paced(memoryview(body)[first:])
+
+    def write_paced(self, data):
+        """Writes bytes at the connection's bandwidth (at once when there is no cap)."""
+        sent = 0
+        while sent < len(data):
+            n = self.throttle_out.chunk_size(len(data) - sent)
+            self.wfile.write(data[sent:sent + n])
+            self.throttle_out.pace(n)
+            sent += n
 
     def send_json(self, status, obj, headers=None, reset=False):
         body = json.dumps(obj).encode()
@@ -240,7 +259,7 @@ class Handler(BaseHTTPRequestHandler):
         app = self.server.app
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
-        body = RequestBody(self.rfile, self.headers, self.throttle)
+        body = RequestBody(self.rfile, self.headers, self.throttle_in)
         path, self.asked_host = hosts.split(url.path, self.headers.get("Host"))
         try:
             if path.startswith("/_control/"):
@@ -316,8 +335,10 @@ class Handler(BaseHTTPRequestHandler):
         app = self.server.app
         settings = app.settings
         latency = settings["latency_ms"]
+        round_trips = 1 if self.api_requests else 1 + settings["handshake_round_trips"]
+        self.api_requests += 1
         if latency:
-            time.sleep(latency / 1000.0)
+            time.sleep(latency * round_trips / 1000.0)
         if not app.rate_limiter.allow():
             app.stats.count_fault("rate_limited")
             body.drain()
@@ -470,12 +491,12 @@ class Handler(BaseHTTPRequestHandler):
         else:
             f.seek(start)
             while sent < limit:
-                chunk = f.read(self.throttle.chunk_size(min(IO_CHUNK, limit - sent)))
+                chunk = f.read(self.throttle_out.chunk_size(min(IO_CHUNK, limit - sent)))
                 if not chunk:
                     break
                 self.wfile.write(chunk)
                 sent += len(chunk)
-                self.throttle.pace(len(chunk))
+                self.throttle_out.pace(len(chunk))
         if reset:
             self.abort_connection()
 
@@ -515,6 +536,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_text(400, f"bad path_state: {err}")
                 return
             self.send_json(200, {"path": request["path"], "state": request.get("state")})
+        elif path == "/_control/purge_deleted" and self.command == "POST":
+            revisions, blobs = app.store.purge_deleted()
+            self.send_json(200, {"revisions": revisions, "blobs": blobs})
         elif path == "/_control/reset_cursors" and self.command == "POST":
             app.store.invalidate_cursors()
             self.send_json(200, {"epoch": app.store.epoch})

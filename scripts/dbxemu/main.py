@@ -33,8 +33,11 @@ def parse_args(argv):
     p.add_argument("--team-space", action="store_true",
                    help="a Business team member in a team space: the tree is the team root, the member's "
                         "home namespace is its folder '/Emulated User' (fixed when --data is created)")
-    p.add_argument("--latency-ms", type=float, default=0)
-    p.add_argument("--bandwidth", type=int, default=0, help="bytes per second per connection")
+    p.add_argument("--latency-ms", type=float, default=0,
+                   help="round-trip time every API request pays (docs/EMULATOR.md, network profiles)")
+    p.add_argument("--handshake-round-trips", type=int, default=0,
+                   help="extra round trips the first API request on a connection pays (2: TCP + TLS 1.3)")
+    p.add_argument("--bandwidth", type=int, default=0, help="bytes per second per connection and direction")
     p.add_argument("--fail-rate", type=float, default=0.0)
     p.add_argument("--reset-rate", type=float, default=0.0)
     p.add_argument("--rate-limit", type=float, default=0, help="requests per second")
@@ -114,7 +117,8 @@ def import_seed(app, src):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.data, exist_ok=True)
-    settings = {"latency_ms": args.latency_ms, "bandwidth": args.bandwidth, "fail_rate": args.fail_rate,
+    settings = {"latency_ms": args.latency_ms, "handshake_round_trips": args.handshake_round_trips,
+                "bandwidth": args.bandwidth, "fail_rate": args.fail_rate,
                 "reset_rate": args.reset_rate, "rate_limit": args.rate_limit,
                 "write_rate_limit": args.write_rate_limit, "token_ttl": args.token_ttl, "quota": args.quota,
                 "retry_after": args.retry_after, "write_contention_rate": args.write_contention_rate,

@@ -33,6 +33,8 @@ from .errors import BadRequest, RouteError, lookup_error
 HOME_DISPLAY_NAME = "Emulated User"
 HOME_PATH = "/" + HOME_DISPLAY_NAME
 LIMIT_TYPES = ("off", "alert_only", "stop_sync")
+# users.stone AccountType; "" is the default: pro for a personal account, business in a team space.
+ACCOUNT_TYPES = ("", "basic", "pro", "business")
 
 
 class View:
@@ -115,6 +117,11 @@ class Account:
         # The member's own limit inside the team allocation (0: none) and its type.
         "member_space_limit": 0,
         "member_limit_type": "off",
+        # users.stone AccountType ("" = pro, or business in a team space). A basic account may
+        # not set a shared link's expiry or password (sharing.stone SharedLinkSettingsError).
+        "account_type": "",
+        # FullAccount.email_verified; shared links need a verified email (email_not_verified).
+        "email_verified": True,
     }
 
     def __init__(self, store, team_space):
@@ -154,9 +161,12 @@ class Account:
         for key, value in changes.items():
             if key not in self.SETTINGS:
                 raise ValueError(f"unknown account setting {key!r} (known: {', '.join(sorted(self.SETTINGS))})")
-            if key == "app_folder":
+            if key in ("app_folder", "email_verified"):
                 if not isinstance(value, bool):
-                    raise ValueError("app_folder must be true or false")
+                    raise ValueError(f"{key} must be true or false")
+            elif key == "account_type":
+                if value not in ACCOUNT_TYPES:
+                    raise ValueError("account_type must be one of basic, pro, business, or \"\" (the default)")
             elif key == "member_limit_type":
                 if value not in LIMIT_TYPES:
                     raise ValueError(f"member_limit_type must be one of {', '.join(LIMIT_TYPES)}")
@@ -179,6 +189,11 @@ class Account:
     def __getitem__(self, key):
         with self._lock:
             return self.settings[key]
+
+    @property
+    def account_type(self):
+        """users.stone AccountType tag: the setting, else pro (business in a team space)."""
+        return self["account_type"] or ("business" if self.team_space else "pro")
 
     # ----- views and the Path-Root header -----
     def home_view(self):

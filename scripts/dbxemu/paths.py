@@ -19,9 +19,22 @@ PATTERNS = {
     "list": r"(/(.|[\r\n])*)?|id:.*|(ns:[0-9]+(/(.|[\r\n])*)?)",
     # WritePathOrId (upload, delete, move, copy)
     "write": r"(/(.|[\r\n])*)|(ns:[0-9]+(/(.|[\r\n])*)?)|(id:.*)",
-    # WritePath (create_folder)
+    # WritePath (create_folder, restore)
     "write_path": r"(/(.|[\r\n])*)|(ns:[0-9]+(/(.|[\r\n])*)?)",
+    # PathOrId (list_revisions)
+    "path_or_id": r"/(.|[\r\n])*|id:.*|(ns:[0-9]+(/(.|[\r\n])*)?)",
 }
+
+# files.stone `Rev`: String(min_length=9, pattern="[0-9a-f]+").
+REV_PATTERN = r"[0-9a-f]{9,}"
+
+
+def check_rev(field, value):
+    """The stone validator's 400 for a rev that is not 9 or more lowercase hex digits."""
+    if not isinstance(value, str):
+        raise BadRequest(f"request body: {field}: expected string, got {type(value).__name__}")
+    if not re.fullmatch(REV_PATTERN, value):
+        raise BadRequest(f"request body: {field}: '{value}' did not match pattern '[0-9a-f]+' with at least 9 characters")
 
 # Names Dropbox refuses to store (compared case-insensitively); rclone refuses the same list.
 DISALLOWED_NAMES = {"desktop.ini", "thumbs.db", ".ds_store", "icon\r", ".dropbox", ".dropbox.attr"}

@@ -7,10 +7,11 @@ account_type business, a `team` root_info, and a team allocation in the space us
 def get_current_account(call):
     store = call.app.store
     account = call.app.account
+    answer = {**personal_account(store), "account_type": {".tag": account.account_type},
+              "email_verified": account["email_verified"]}
     if account.team_space:
-        return {**personal_account(store), "account_type": {".tag": "business"}, "root_info": account.root_info(),
-                "team": TEAM, "team_member_id": "dbmid:AA" + store.account_id[7:]}
-    return personal_account(store)
+        answer.update(root_info=account.root_info(), team=TEAM, team_member_id="dbmid:AA" + store.account_id[7:])
+    return answer
 
 
 # users.stone FullTeam, with team_policies.stone's example values.

@@ -1,4 +1,5 @@
-"""files/* routes: metadata, listing and cursors, longpoll, download, upload, delete, move, copy.
+"""files/* routes: metadata, listing and cursors, longpoll, download, upload, delete, move, copy,
+and the history of a file (list_revisions, restore).
 
 Every route function takes a `Call` (see http_server) and returns the JSON result, or a
 `Download` for the download style. Errors are raised as the exceptions in `errors`.
@@ -451,6 +452,90 @@ def copy_v2(call):
     return relocate(call, copy=True)
 
 
+# ----- revisions -----
+def parse_revisions_mode(value):
+    """ListRevisionsMode: `path` (the default) or `id`."""
+    if value is None:
+        return "path"
+    tag = value.get(".tag") if isinstance(value, dict) else value
+    if tag not in ("path", "id"):
+        raise BadRequest(f"request body: mode: unknown tag '{tag}'")
+    return tag
+
+
+def list_revisions(call):
+    """files.stone list_revisions. Path mode: the kept revisions committed at the path (any file
+    id), plus the revision of the file there now (or last deleted there), which may have come by
+    a move; id mode: the kept revisions of the file now at the path (or last deleted there),
+    wherever they were. `is_deleted` when no file is at the path now, with `server_deleted` the
+    time of its deletion. Only REVISIONS_KEPT_PER_FILE revisions of each file are kept."""
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "path_or_id")
+    mode = parse_revisions_mode(arg.get("mode"))
+    limit = get_field(arg, "limit", int, 10)
+    if not 1 <= limit <= 100:
+        raise BadRequest(f"request body: limit: {limit} is not within range [1, 100]")
+    before_rev = get_field(arg, "before_rev", str)
+    if before_rev is not None:
+        paths.check_rev("before_rev", before_rev)
+    restorable = get_field(arg, "include_restorable_info", bool, False)
+    store = call.app.store
+    with store.lock:
+        target = store.resolve(path)
+        row = target.row
+        if target.is_root or (row is not None and row["is_folder"]):
+            raise lookup_error("not_file")
+        tomb = store.tombstone(target.path_lower) if row is None else None
+        if mode == "id":
+            if before_rev is not None:
+                raise RouteError({".tag": "before_rev_not_supported"})
+            deleted_rev = tomb["rev"] if tomb is not None else None
+            at_path = [] if row is not None else store.revisions_at(target.path_lower, deleted_rev)
+            file_id = row["id"] if row is not None else (at_path[0]["id"] if at_path else None)
+            revisions = store.revisions_of(file_id) if file_id else []
+        else:
+            revisions = store.revisions_at(target.path_lower,
+                                           row["rev"] if row is not None else (tomb["rev"] if tomb is not None else None))
+        if not revisions:
+            raise lookup_error("not_found")
+        if before_rev is not None:
+            if before_rev not in {r["rev"] for r in revisions}:
+                raise RouteError({".tag": "invalid_before_rev"})
+            revisions = [r for r in revisions if r["rev"] < before_rev]
+        entries = []
+        for revision in revisions[:limit]:
+            # The current revision shows where the file is now (it may have moved since).
+            md = metadata(row if row is not None and row["rev"] == revision["rev"] else revision, tag=False)
+            if restorable:
+                md["is_restorable"] = True
+            entries.append(md)
+        result = {"is_deleted": row is None, "entries": entries, "has_more": len(revisions) > limit}
+        if row is None and tomb is not None and tomb["server_deleted"]:
+            result["server_deleted"] = tomb["server_deleted"]
+        return result
+
+
+def restore(call):
+    """files.stone restore: the revision becomes the file at `path` (Store.restore). A rev
+    Dropbox does not keep is `invalid_revision`."""
+    arg = args(call)
+    path = get_field(arg, "path", str, required=True)
+    paths.check_pattern("path", path, "write_path")
+    rev = get_field(arg, "rev", str, required=True)
+    paths.check_rev("rev", rev)
+    store = call.app.store
+    with store.lock:
+        target = store.resolve(path, wrapper="path_write", write=True)
+        if target.is_root:
+            raise write_error("malformed_path", "path_write")
+        revision = store.get_revision(rev)
+        if revision is None:
+            raise RouteError({".tag": "invalid_revision"})
+        row = store.restore(target, revision, quota=call.app.quota())
+    return metadata(row, tag=False)
+
+
 # name: (style, needs auth, is a write commit, function)
 ROUTES = {
     "files/get_metadata": ("rpc", True, False, get_metadata),
@@ -464,4 +549,6 @@ ROUTES = {
     "files/create_folder_v2": ("rpc", True, True, create_folder_v2),
     "files/move_v2": ("rpc", True, True, move_v2),
     "files/copy_v2": ("rpc", True, True, copy_v2),
+    "files/list_revisions": ("rpc", True, False, list_revisions),
+    "files/restore": ("rpc", True, True, restore),
 }

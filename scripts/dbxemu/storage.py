@@ -1,9 +1,10 @@
 """The emulated account: metadata and change log in sqlite, file contents as files on disk.
 
 Layout under --data:
-  meta.sqlite3   entries (the live tree), tombstones (deleted paths), revisions (every stored
-                 file version, for `rev:` reads), plus tables owned by other modules (tokens,
-                 auth codes, upload sessions, batch jobs)
+  meta.sqlite3   entries (the live tree), tombstones (deleted paths, with when and which rev),
+                 revisions (every stored file version, for `rev:` reads, list_revisions and
+                 restore), plus tables owned by other modules (tokens, auth codes, upload
+                 sessions, batch jobs, shared links)
   blobs/xx/NAME  one immutable file per revision; copies are hard links
   sessions/ID    the growing data file of an upload session
   tmp/           uploads in flight, renamed into blobs/ on commit
@@ -149,6 +150,7 @@ class Store:
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-131072", "temp_store=MEMORY"):
             self.db.execute("PRAGMA " + pragma)
         self.db.executescript(SCHEMA)
+        self._add_tombstone_columns()
         self.seq = int(self.meta_get("seq", 0))
         self.rev_counter = int(self.meta_get("rev_counter", 0)) or (0x15a << 28) + secrets.randbelow(1 << 24)
         self.epoch = int(self.meta_get("cursor_epoch", 1))
@@ -162,6 +164,14 @@ class Store:
         tmp_dir = os.path.join(self.data_dir, "tmp")
         for name in os.listdir(tmp_dir):
             os.unlink(os.path.join(tmp_dir, name))
+
+    def _add_tombstone_columns(self):
+        """Data directories made before list_revisions have tombstones without the deletion time
+        (ListRevisionsResult.server_deleted) and the rev of the deleted file."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(tombstones)")}
+        for column in ("server_deleted", "rev"):
+            if column not in have:
+                self.db.execute(f"ALTER TABLE tombstones ADD COLUMN {column} TEXT")
 
     # ----- meta key/value -----
     def meta_get(self, key, default=None):
@@ -282,6 +292,22 @@ class Store:
         d["is_folder"] = 0
         return d
 
+    def tombstone(self, path_lower):
+        return self.db.execute("SELECT * FROM tombstones WHERE path_lower = ?", (path_lower,)).fetchone()
+
+    def revisions_at(self, path_lower, also_rev=None):
+        """The kept revisions committed at `path_lower` (whatever file id they had), plus the one
+        `also_rev` names (the file now there, or last deleted there, may have come by a move),
+        newest first."""
+        rows = self.db.execute("SELECT * FROM revisions WHERE path_lower = ? OR rev = ? ORDER BY rev DESC",
+                               (path_lower, also_rev or "")).fetchall()
+        return [dict(row, is_folder=0) for row in rows]
+
+    def revisions_of(self, file_id):
+        """The kept revisions of one file id, wherever it was, newest first."""
+        rows = self.db.execute("SELECT * FROM revisions WHERE id = ? ORDER BY rev DESC", (file_id,)).fetchall()
+        return [dict(row, is_folder=0) for row in rows]
+
     def resolve(self, raw, wrapper="path", write=False):
         """Turns a path argument into a Target. Raises 409 `<wrapper>/malformed_path|not_found`.
 
@@ -392,9 +418,10 @@ class Store:
         return self.get(fields["path_lower"])
 
     def _tombstone(self, row):
-        self.db.execute("INSERT OR REPLACE INTO tombstones (path_lower, parent_lower, path_display, seq) "
-                        "VALUES (?, ?, ?, ?)",
-                        (row["path_lower"], row["parent_lower"], row["path_display"], self.next_seq()))
+        self.db.execute("INSERT OR REPLACE INTO tombstones (path_lower, parent_lower, path_display, seq, "
+                        "server_deleted, rev) VALUES (?, ?, ?, ?, ?, ?)",
+                        (row["path_lower"], row["parent_lower"], row["path_display"], self.next_seq(),
+                         now_timestamp(), None if row["is_folder"] else row["rev"]))
 
     def _record_revision(self, row):
         self.db.execute("INSERT INTO revisions (rev, id, path_lower, path_display, size, content_hash, "
@@ -509,6 +536,43 @@ class Store:
             self._record_revision(row)
             return row
 
+    def restore(self, target, revision, quota=None):
+        """files/restore: `revision` (a revisions row) becomes the current version of the file at
+        `target`, as a new revision with that revision's content and client_modified. A file
+        there keeps its id; at an empty path the file comes back with the revision's id, unless
+        that id lives elsewhere now (then a new one). Content identical to the file there changes
+        nothing, as an identical upload does. Errors are RestoreError's `path_write` WriteError."""
+        with self.write():
+            self.check_writable(target.path_lower, "path_write")
+            existing = self.get(target.path_lower)
+            if existing is not None and existing["is_folder"]:
+                raise write_error("conflict", "path_write", "folder")
+            if existing is not None and existing["content_hash"] == revision["content_hash"] \
+                    and existing["size"] == revision["size"]:
+                return existing
+            growth = revision["size"] - (existing["size"] if existing is not None else 0)
+            if quota and self.used_bytes + growth > quota:
+                raise write_error("insufficient_space", "path_write")
+            parent_display = self.ensure_parents(target.path_lower, target.display, "path_write")
+            blob = EMPTY_BLOB if revision["blob"] == EMPTY_BLOB else self.link_blob(revision["blob"])
+            fields = dict(rev=self.next_rev(), size=revision["size"], content_hash=revision["content_hash"],
+                          client_modified=revision["client_modified"], server_modified=now_timestamp(), blob=blob)
+            if existing is None:
+                file_id = revision["id"] if self.get_by_id(revision["id"]) is None else self.new_id()
+                row = self._insert_entry(id=file_id, path_lower=target.path_lower,
+                                         path_display=parent_display + "/" + name_of(target.display), is_folder=0,
+                                         **fields)
+            else:
+                fields["seq"] = self.next_seq()
+                sets = ", ".join(f"{k} = ?" for k in fields)
+                self.db.execute(f"UPDATE entries SET {sets} WHERE id = ?", tuple(fields.values()) + (existing["id"],))
+                row = self.get(target.path_lower)
+                if self.exports is not None:
+                    self.exports.forget(existing["id"])
+            self.used_bytes += growth
+            self._record_revision(row)
+            return row
+
     def create_folder(self, target, autorename):
         with self.write():
             self.check_writable(target.path_lower, "path")
@@ -543,6 +607,29 @@ class Store:
                     self.used_bytes -= r["size"]
             self.db.executemany("DELETE FROM entries WHERE id = ?", [(r["id"],) for r in rows])
             return row
+
+    def purge_deleted(self):
+        """Forgets the revisions of deleted files and frees their blobs, as Dropbox does once a
+        deleted file's restore window has passed; returns (revisions, blobs) removed. For long
+        benchmarks (/_control/purge_deleted), which would otherwise keep every file they wrote
+        and deleted."""
+        with self.write():
+            gone = "id NOT IN (SELECT id FROM entries)"
+            rows = self.db.execute(f"SELECT blob FROM revisions WHERE {gone}").fetchall()
+            self.db.execute(f"DELETE FROM revisions WHERE {gone}")
+            freed = 0
+            for (blob,) in rows:
+                if not blob or blob == EMPTY_BLOB:
+                    continue
+                used = self.db.execute("SELECT 1 FROM entries WHERE blob = ? UNION ALL "
+                                       "SELECT 1 FROM revisions WHERE blob = ? LIMIT 1", (blob, blob)).fetchone()
+                if not used:
+                    try:
+                        os.unlink(self.blob_path(blob))
+                        freed += 1
+                    except FileNotFoundError:
+                        pass
+            return len(rows), freed
 
     def relocate(self, src, dst_target, autorename, copy, quota=None, max_entries=None):
         """move_v2 / copy_v2 of the entry `src` to `dst_target`; returns the new top row.

@@ -18,7 +18,8 @@ extension WriteBackEngine {
     func progress(for job: UploadJob, base: UInt64 = 0) -> RemoteProgress {
         let active = job.active
         return { [self] done, _ in
-            active.done.store(base + done, ordering: .relaxed)
+            let previous = active.done.exchange(base + done, ordering: .relaxed)
+            if base + done > previous { bytesSent.add(base + done - previous, ordering: .relaxed) }
             return !active.cancelled.load(ordering: .relaxed) && !stopFlag.load(ordering: .relaxed)
         }
     }
@@ -282,7 +283,8 @@ extension WriteBackEngine {
             let copy = ConflictNaming.copyPath(for: record.path, date: configuration.now(),
                                                timeZone: configuration.timeZone, index: dirty.conflictIndex)
             dirty.conflictIndex += 1
-            WriteBackLog.warning("conflict on \(record.commitPath ?? record.path) (\(reason)): committing ours as \(copy)")
+            let target = record.commitPath ?? record.path
+            WriteBackLog.warning("conflict on \(target)\(reason == target ? "" : " (\(reason))"): committing ours as \(copy)")
             record.commitPath = copy
             record.base = .newFile
             record.state = .pending
@@ -299,7 +301,9 @@ extension WriteBackEngine {
         guard let dirty = files[job.key], var record = dirty.record, record.generation == job.record.generation else { return }
         let now = Date()
         record.attempts += 1
-        record.lastError = "\(error)"
+        // Status and sync show it next to the path: the sentence without it.
+        let told = error.description(about: record.path)
+        record.lastError = told
         dirty.lastError = error
         switch UploadRetryPolicy.action(for: error, attempt: record.attempts, configuration: configuration) {
         case .retry(let delay, let pauseAll, let resetSession):
@@ -330,13 +334,13 @@ extension WriteBackEngine {
         }
         dirty.record = record
         do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
-        recentErrors.append(UploadErrorReport(path: record.path, message: "\(error)", at: now))
+        recentErrors.append(UploadErrorReport(path: record.path, message: told, at: now))
         if recentErrors.count > 50 { recentErrors.removeFirst(recentErrors.count - 50) }
         if record.state == .refused {
-            WriteBackLog.warning("cannot upload \(record.path): Dropbox refuses writes there (\(error)); the bytes are kept and not retried: move the file to a writable folder, or delete it")
+            WriteBackLog.warning("cannot upload \(record.path): \(told); the bytes are kept and not retried: move the file to a writable folder, or delete it")
         } else {
             let level = dirty.hardError != nil ? "cannot upload" : "will retry"
-            WriteBackLog.warning("\(level) \(record.path) (attempt \(record.attempts)): \(error)")
+            WriteBackLog.warning("\(level) \(record.path) (attempt \(record.attempts)): \(told)")
         }
         emit(.failed(path: record.path, generation: record.generation, error: error, willRetry: !stopped))
     }

@@ -38,6 +38,7 @@ extension WriteBackEngine {
                 try remote.appendSession(id: sessionID, file: job.file.url, offset: last.offset, length: last.length,
                                          close: true, progress: nil)
                 job.active.done.add(last.length, ordering: .relaxed)
+                bytesSent.add(last.length, ordering: .relaxed)
                 job.record.sessionClosed = true
                 guard persist(job) else { throw .cancelled }
             }
@@ -66,6 +67,7 @@ extension WriteBackEngine {
                                                   close: false, progress: nil)
                     guard self.confirmChunk(job, sessionID: sessionID, chunk: chunk) else { throw .cancelled }
                     job.active.done.add(chunk.length, ordering: .relaxed)
+                    self.bytesSent.add(chunk.length, ordering: .relaxed)
                     group.finished(nil)
                 } catch {
                     group.finished(error)

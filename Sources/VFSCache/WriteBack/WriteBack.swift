@@ -32,6 +32,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Bytes read to hash at commit time (for tests and benchmarks: with the prefix hashed while
     /// the file was written, only the tail should be).
     let bytesHashedAtCommit = Atomic<UInt64>(0)
+    /// Bytes Dropbox confirmed receiving, over all transfers (only grows): `dbxfs status` derives
+    /// the upload rate from it.
+    let bytesSent = Atomic<UInt64>(0)
 
     let condition = NSCondition()
     var files: [String: DirtyFile] = [:]
@@ -432,6 +435,24 @@ public final class WriteBackEngine: @unchecked Sendable {
         return reports
     }
 
+    /// Retries now every upload and namespace operation held back by a failure that needs time or
+    /// a person (not the refused uploads): the mount learnt the cause is gone (new credentials
+    /// after a relink).
+    public func retryHeldUploads() {
+        condition.lock(); defer { condition.unlock() }
+        for dirty in files.values where dirty.hardError != nil && dirty.record?.state != .refused {
+            dirty.hardError = nil
+            dirty.notBefore = .distantPast
+        }
+        for index in namespaceOperations.indices where namespaceOperations[index].hardError != nil {
+            namespaceOperations[index].notBefore = .distantPast
+        }
+        condition.broadcast()
+    }
+
+    /// Bytes uploaded since the engine started (a counter that only grows).
+    public var uploadedBytes: UInt64 { bytesSent.load(ordering: .relaxed) }
+
     // MARK: Status and shutdown
 
     public func status() -> WriteBackStatus {
@@ -465,12 +486,15 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
         let errors = recentErrors
         let isOffline = offline
+        let paused = pausedUntil > now ? pausedUntil : nil
         let operations = namespaceReports()
         condition.unlock()
         let conflicts = (try? journal.recentConflicts(limit: 50)) ?? []
-        return WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
-                               transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
-                               conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
+        var status = WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
+                                     transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
+                                     conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
+        status.pausedUntil = paused
+        return status
     }
 
     /// The daemon is stopping (a signal, an unmount): fsync and sync callers stop waiting at
@@ -562,14 +586,18 @@ public final class WriteBackEngine: @unchecked Sendable {
             return PendingUpload(path: dirty.path, size: (try? dirty.file.size()) ?? record?.size ?? 0,
                                  generation: record?.generation ?? 0, state: .failed, openForWriting: false,
                                  attempts: record?.attempts ?? 0,
-                                 lastError: "close not journaled (\(failure), in the cache directory): uploaded once it can be; "
-                                     + "free space there, or delete the file",
+                                 lastError: "the close could not be journaled (\(failure), in the cache directory): it is "
+                                     + "uploaded once it can be; free space there, or delete the file",
                                  journaled: false)
         }
-        return PendingUpload(path: dirty.path, size: record?.size ?? 0, generation: record?.generation ?? 0,
-                             state: record?.state ?? .pending, openForWriting: dirty.writing,
-                             attempts: record?.attempts ?? 0,
-                             lastError: dirty.writing ? "still open for writing" : record?.lastError)
+        let now = Date()
+        // When the next attempt may start: after this file's back-off and the pause of all uploads.
+        let due = max(dirty.notBefore, pausedUntil)
+        var upload = PendingUpload(path: dirty.path, size: record?.size ?? 0, generation: record?.generation ?? 0,
+                                   state: record?.state ?? .pending, openForWriting: dirty.writing,
+                                   attempts: record?.attempts ?? 0, lastError: record?.lastError)
+        if !dirty.writing, dirty.active == nil, due > now, due < .distantFuture { upload.nextAttemptAt = due }
+        return upload
     }
 
     /// Runs `body` (without the lock) while `keys` and their subtrees are held: no upload of them

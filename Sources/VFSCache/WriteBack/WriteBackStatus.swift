@@ -19,7 +19,7 @@ public enum WriteBackEvent: Sendable, Equatable {
 }
 
 /// Why a wait for the write-back ended without the commit.
-public enum WriteBackError: Error, Sendable, Equatable {
+public enum WriteBackError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The latest attempt failed with an error that retrying soon won't fix (insufficient space,
     /// a refused name, auth). The file stays journaled and is retried later.
     case failed(RemoteError)
@@ -27,6 +27,19 @@ public enum WriteBackError: Error, Sendable, Equatable {
     case timedOut(lastError: RemoteError?)
     /// The engine was shut down.
     case stopped
+
+    /// What fsync's warning says.
+    public var description: String { description(about: nil) }
+
+    /// The sentence for a line that already names `path` (RemoteError.description(about:)).
+    public func description(about path: String?) -> String {
+        func told(_ error: RemoteError) -> String { path.map { error.description(about: $0) } ?? "\(error)" }
+        return switch self {
+        case .failed(let error): told(error)
+        case .timedOut(let error): "not on Dropbox yet after the wait\(error.map { " (the last attempt: \(told($0)))" } ?? "")"
+        case .stopped: "the uploads stopped (the mount is shutting down); the file stays journaled for the next mount"
+        }
+    }
 
     /// For fsync: ENOSPC for insufficient space, EIO otherwise.
     public var errno: Errno {
@@ -69,6 +82,8 @@ public struct PendingUpload: Sendable, Equatable {
     public var operation: String?
     /// When that operation was journaled.
     public var queuedAt: Date?
+    /// When the next attempt may start (after a failure's back-off); nil when it may start now.
+    public var nextAttemptAt: Date? = nil
 }
 
 public struct UploadErrorReport: Sendable, Equatable {
@@ -89,4 +104,6 @@ public struct WriteBackStatus: Sendable, Equatable {
     public var offline: Bool
     /// Namespace operations not done on Dropbox yet, oldest first.
     public var operations: [PendingUpload] = []
+    /// Every upload waits until then (Dropbox unreachable, or asking to slow down); nil: none do.
+    public var pausedUntil: Date? = nil
 }

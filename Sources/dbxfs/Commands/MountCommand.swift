@@ -51,7 +51,10 @@ enum MountCommand {
             return 1
         }
 
-        let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: timestampedStandardErrorSink)
+        // Detached, the terminal gets the outcome only: lines logged until the mount is live wait
+        // for the log file. In the foreground they go to stderr as they come.
+        let startupLog = reporter.map { _ in StartupLog() }
+        let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: startupLog?.sink ?? timestampedStandardErrorSink)
         let backend: MountBackend
         do {
             backend = try MountBackend.open(options: options, logger: logger, stillWanted: { reporter?.parentWaits ?? true })
@@ -67,8 +70,10 @@ enum MountCommand {
             try session.mount(at: mountpoint, passthrough: options.passthrough)
         } catch {
             backend.shutdown()
+            backend.discardNewCache()
             return fail(error.description)
         }
+        backend.mounted()
         let attached = session.attachedCheck
         backend.statusSource.phase.withLock { $0 = .serving(attached: attached) }
         // The status/sync socket (Control/) is named after the mount's device number, so it comes
@@ -77,7 +82,8 @@ enum MountCommand {
         var control: ControlServer?
         if let device = session.ownMount?.device {
             do {
-                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource, logger: logger)
+                control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource,
+                                            files: backend.fileCommands, logger: logger)
             } catch {
                 logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
             }
@@ -92,8 +98,9 @@ enum MountCommand {
             KernelReadAhead.set(kib: options.kernelReadAheadKiB, device: device, logger: logger)
         }
         if let reporter {
-            reporter.succeeded()
+            reporter.succeeded(note: backend.startupNote)
             Daemon.redirectOutput(logFile: backend.logFile)
+            startupLog?.flush()
         }
         logger.info("mounted \(backend.description) on \(mountpoint)")
 
@@ -138,6 +145,37 @@ enum MountCommand {
 
 /// "2026-11-29T21:04:05.123Z dbxfs: info: message": the daemon's log lines carry a timestamp.
 let timestampedStandardErrorSink: Logger.Sink = { level, message in
+    FileHandle.standardError.write(Data(timestamped(level, message).utf8))
+}
+
+/// The log lines of a detached mount until it is live: kept in memory, then written to stderr
+/// once it points at the log file (`flush`), so a successful mount prints nothing on the terminal
+/// and the log still has every line, in order. Lines after `flush` go straight to stderr.
+final class StartupLog: Sendable {
+    private let kept = Mutex<[String]?>([])
+
+    var sink: Logger.Sink {
+        { [self] level, message in
+            let line = timestamped(level, message)
+            let held = kept.withLock { lines -> Bool in
+                guard lines != nil else { return false }
+                lines!.append(line)
+                return true
+            }
+            if !held { FileHandle.standardError.write(Data(line.utf8)) }
+        }
+    }
+
+    func flush() {
+        let lines = kept.withLock { lines -> [String] in
+            defer { lines = nil }
+            return lines ?? []
+        }
+        if !lines.isEmpty { FileHandle.standardError.write(Data(lines.joined().utf8)) }
+    }
+}
+
+private func timestamped(_ level: LogLevel, _ message: String) -> String {
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)
     var seconds = now.tv_sec
@@ -145,5 +183,5 @@ let timestampedStandardErrorSink: Logger.Sink = { level, message in
     gmtime_r(&seconds, &parts)
     let stamp = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1,
                        parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
-    FileHandle.standardError.write(Data("\(stamp) dbxfs: \(level.label): \(message)\n".utf8))
+    return "\(stamp) dbxfs: \(level.label): \(message)\n"
 }

@@ -58,6 +58,7 @@ struct MountOptions: Sendable {
 
     static let usage = """
         usage: dbxfs [options] MOUNTPOINT
+               dbxfs COMMAND [options]      (auth, link, unlink, status, sync: see below)
                dbxfs --version
 
         Mounts a Dropbox account (or one folder of it) at MOUNTPOINT.
@@ -87,8 +88,8 @@ struct MountOptions: Sendable {
                                   passthrough; by default on read-only mounts when root, Linux >= 6.9)
           -d, --debug             log every FUSE request (implies -f and --log-level debug)
           -h, --help              this text
+          -V, --version           the version
 
-        Defaults for these options can be set in $XDG_CONFIG_HOME/dbxfs/config (see man dbxfs).
         exit status: 0 mounted (and, with -f, unmounted cleanly), 1 the mount failed, 2 bad usage.
         """
 

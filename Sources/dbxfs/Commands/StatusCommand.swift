@@ -6,13 +6,15 @@ import Foundation
 
 enum StatusCommand {
     static let usage = """
-        usage: dbxfs status [--json] [--watch] [--interval S] [MOUNTPOINT]
+        usage: dbxfs status [--all] [--json] [--watch] [--interval S] [MOUNTPOINT]
 
-        Shows, for each running dbxfs mount (or the one at MOUNTPOINT): the account, cache use
-        against its budget, pending uploads, a progress bar per active transfer, conflicts and
-        recent errors.
+        Shows, for each running dbxfs mount (or the one at MOUNTPOINT): the account, the link to
+        Dropbox (online, offline or refused, the last error, the next try), cache use against its
+        budget, a summary of the pending uploads (counts, bytes, rate, ETA) with a progress bar
+        for the largest transfers and the files that need attention, conflicts and recent errors.
 
         options:
+          --all               list every pending file and transfer, not a summary
           --json              print the machine-readable form (documented in docs/STATUS.md)
           --watch             redraw every second until Ctrl-C (with --json: one JSON document per line)
           --interval S        the --watch period in seconds (default 1)
@@ -24,7 +26,7 @@ enum StatusCommand {
     static let subcommand = Subcommand(name: "status", summary: "show mounts, cache use and upload progress", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        var json = false, watch = false, help = false
+        var json = false, watch = false, help = false, all = false
         var interval: Double = 1
         var mountpoint: String?
         var scanner = OptionScanner(arguments, command: "status")
@@ -38,6 +40,7 @@ enum StatusCommand {
                     switch name {
                     case "-h", "--help": help = true
                     case "--json": try scanner.flagTakesNoValue(name, inline); json = true
+                    case "--all", "-a": try scanner.flagTakesNoValue(name, inline); all = true
                     case "--watch", "-w": try scanner.flagTakesNoValue(name, inline); watch = true
                     case "--interval":
                         let raw = try scanner.value(for: name, inline: inline)
@@ -77,11 +80,9 @@ enum StatusCommand {
             }
             var output: String
             if json {
-                let encoder = ReportCoding.encoder(pretty: !watch)
-                let data = (try? encoder.encode(StatusDocument(mounts: reports))) ?? Data("{}".utf8)
-                output = String(decoding: data, as: UTF8.self) + "\n"
+                output = ReportCoding.json(StatusDocument(mounts: reports), pretty: !watch) + "\n"
             } else {
-                output = StatusRenderer.render(reports, width: terminalWidth())
+                output = StatusRenderer.render(reports, width: interactive ? terminalWidth() : nil, all: all)
                 if watch && interactive {
                     // Home, the report, then clear whatever the previous (longer) frame left below.
                     output = "\u{1B}[H" + output.replacingOccurrences(of: "\n", with: "\u{1B}[K\n") + "\u{1B}[J"

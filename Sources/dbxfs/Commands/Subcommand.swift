@@ -2,7 +2,8 @@
 /// exit status; anything that is not a known subcommand name is the mount command's arguments.
 ///
 /// Exit statuses (documented in docs/dbxfs.1 and docs/CLI.md): 0 success, 1 the operation failed (bad
-/// token, unreachable server, mount refused), 2 bad command line, 3 (status, sync) no dbxfs mount there.
+/// token, unreachable server, mount refused), 2 bad command line, 3 (status, sync and the file
+/// commands) no dbxfs mount there.
 import Foundation
 
 struct Subcommand: Sendable {
@@ -14,14 +15,16 @@ struct Subcommand: Sendable {
     static let all: [Subcommand] = [
         AuthCommand.subcommand, AuthCommand.alias, UnlinkCommand.subcommand,
         StatusCommand.subcommand, SyncCommand.subcommand,
+        HistoryCommand.subcommand, CatCommand.subcommand, RestoreCommand.subcommand, UndeleteCommand.subcommand,
+        TrashCommand.subcommand, ShareCommand.subcommand,
     ]
 
     /// `dbxfs --help`: the mount usage, then the other commands.
     static var overview: String {
         var text = MountOptions.usage + "\n\ncommands:\n"
         for command in all { text += "  " + command.name.padding(toLength: 22, withPad: " ", startingAt: 0) + command.summary + "\n" }
-        text += "\nRun 'dbxfs COMMAND --help' for a command's options. Defaults can be set in\n"
-        text += "$XDG_CONFIG_HOME/dbxfs/config; see man dbxfs."
+        text += "\nRun 'dbxfs COMMAND --help' for a command's options. Defaults for the options can be set\n"
+        text += "in $XDG_CONFIG_HOME/dbxfs/config (see man dbxfs)."
         return text
     }
 

@@ -12,6 +12,9 @@ enum ControlClient {
         /// A socket or an answer ControlTrust refused (exit status 1: something is there, and it
         /// is not the user's daemon).
         var untrusted = false
+
+        /// The daemon's own error sentence, when it answered with one.
+        var answer: String? = nil
     }
 
     /// The socket of the dbxfs mount that `path` is (or is inside), by walking up from the
@@ -44,14 +47,8 @@ enum ControlClient {
 
     static func request<T: Decodable & ControlAnswer>(_ request: ControlRequest, socket: String, timeout: TimeInterval,
                                                       as type: T.Type) throws(Failure) -> T {
-        try ControlTrust.checkSocketFile(socket)
-        let fd: Int32
-        do { fd = try UnixSocket.connect(path: socket, timeout: timeout) } catch {
-            let stale = error.code == ECONNREFUSED || error.code == ENOENT
-            throw Failure(description: stale ? "the mount behind \(socket) is not running" : error.description, notMounted: stale)
-        }
+        let (fd, peer) = try connect(socket: socket, timeout: timeout)
         defer { close(fd) }
-        let peer = try ControlTrust.checkPeer(fd, socket: socket)
         let line: Data
         do {
             let encoded = try ReportCoding.encoder().encode(request)
@@ -62,15 +59,35 @@ enum ControlClient {
         } catch {
             throw Failure(description: "talking to the mount: \(error)")
         }
+        return try answer(line, as: T.self, peer: peer, socket: socket)
+    }
+
+    /// The answer line decoded as `T` (from the daemon ControlTrust believes), or its error.
+    static func answer<T: Decodable & ControlAnswer>(_ line: Data, as type: T.Type, peer: UnixSocket.Peer,
+                                                     socket: String) throws(Failure) -> T {
         let decoder = ReportCoding.decoder()
         if let value = try? decoder.decode(T.self, from: line) {
             try ControlTrust.checkAnswer(value, peer: peer, socket: socket)
             return value
         }
         if let failure = try? decoder.decode(ControlErrorReply.self, from: line) {
-            throw Failure(description: "the mount answered: \(failure.error)")
+            throw Failure(description: "the mount answered: \(failure.error)", answer: failure.error)
         }
         throw Failure(description: line.isEmpty ? "the mount closed the connection without answering" : "the mount answered something unreadable")
+    }
+
+    /// A connection to the socket, once ControlTrust believes it is the user's daemon's.
+    static func connect(socket: String, timeout: TimeInterval) throws(Failure) -> (fd: Int32, peer: UnixSocket.Peer) {
+        try ControlTrust.checkSocketFile(socket)
+        let fd: Int32
+        do { fd = try UnixSocket.connect(path: socket, timeout: timeout) } catch {
+            let stale = error.code == ECONNREFUSED || error.code == ENOENT
+            throw Failure(description: stale ? "the mount behind \(socket) is not running" : error.description, notMounted: stale)
+        }
+        do { return (fd, try ControlTrust.checkPeer(fd, socket: socket)) } catch {
+            close(fd)
+            throw error
+        }
     }
 
     /// Status of every live mount with a socket; stale sockets (their daemon died) are removed,

@@ -15,15 +15,19 @@ final class ControlServer: Sendable {
     let socketPath: String
     let mountpoint: String
     private let source: MountStatusSource
+    /// history, cat, restore, undelete, trash, share (nil: the mount answers that it has none).
+    private let files: FileCommandService?
     private let listener: Int32
     private let stopped = Atomic<Bool>(false)
     private let logger: Logger
 
     /// Creates the socket and starts serving. A stale socket left by a crashed mount is replaced;
     /// a live one (another process answering there) is an error.
-    init(mountpoint: String, device: String, source: MountStatusSource, logger: Logger, paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
+    init(mountpoint: String, device: String, source: MountStatusSource, files: FileCommandService? = nil, logger: Logger,
+         paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
         self.mountpoint = mountpoint
         self.source = source
+        self.files = files
         self.logger = logger
         socketPath = ControlPaths.socketPath(forMountpoint: mountpoint, device: device, paths: paths)
         do throws(XDGPaths.PrivateDirectoryError) {
@@ -93,8 +97,16 @@ final class ControlServer: Sendable {
             UnixSocket.setTimeout(client, 0)
             logger.info("sync requested (timeout \(Int(timeout)) s)")
             let report = source.sync(mountpoint: mountpoint, deadline: Date().addingTimeInterval(timeout))
-            logger.info(report.ok ? "sync: everything is committed" : "sync: \(report.left.count) file(s) not committed")
+            logger.info(report.ok ? "sync: everything is committed" : "sync: \(counted(report.left.count, "file", "files")) not committed")
             reply(client, report)
+        case let command where FileCommandService.commands.contains(command):
+            // Remote calls and a revision's bytes may take longer than the 10 s above.
+            UnixSocket.setTimeout(client, 0)
+            guard let files else {
+                reply(client, ControlErrorReply(error: "the mount at \(mountpoint) cannot run \(command): it serves no Dropbox files"))
+                return
+            }
+            files.serve(request, mountpoint: mountpoint, client: client)
         default:
             reply(client, ControlErrorReply(error: "unknown command '\(request.command)'"))
         }

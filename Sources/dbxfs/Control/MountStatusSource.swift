@@ -28,13 +28,21 @@ final class MountStatusSource: Sendable {
     let writeBack: WriteBackEngine?
     /// Why Dropbox is unreachable, or nil while online (the change watcher's view).
     private let offline: @Sendable () -> String?
+    /// The link to Dropbox (ConnectionMonitor), given when the uploads are paused until.
+    private let connection: @Sendable (_ uploadsPausedUntil: Date?) -> ConnectionReport?
+    /// Run before a sync waits: picks up new credentials after a relink (ConnectionMonitor).
+    private let beforeSync: @Sendable () -> Void
     let phase = Mutex<Phase>(.starting)
+    /// (when, bytes uploaded so far) at each status request of the last minute: the upload rate.
+    private let uploadSamples = Mutex<[(at: Date, bytes: UInt64)]>([])
 
     init(account: AccountReport, server: String, root: String, readOnly: Bool,
          cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?,
-         offline: @escaping @Sendable () -> String? = { nil }, mountedAt: Date = Date()) {
+         offline: @escaping @Sendable () -> String? = { nil },
+         connection: @escaping @Sendable (Date?) -> ConnectionReport? = { _ in nil },
+         beforeSync: @escaping @Sendable () -> Void = {}, mountedAt: Date = Date()) {
         self.account = account; self.server = server; self.root = root; self.readOnly = readOnly
-        self.offline = offline
+        self.offline = offline; self.connection = connection; self.beforeSync = beforeSync
         self.cacheUsage = cacheUsage; self.writeBack = writeBack; self.mountedAt = mountedAt
     }
 
@@ -58,9 +66,35 @@ final class MountStatusSource: Sendable {
         let cache = CacheReport(diskBytes: usage?.diskBytes ?? 0, diskBudget: usage?.diskBudget ?? 0,
                                 memoryBytes: usage?.memoryBytes ?? 0, memoryBudget: usage?.memoryBudget ?? 0,
                                 entries: usage?.nodes ?? 0, openFiles: usage?.openFiles ?? 0)
+        let uploadStatus = writeBack?.status()
+        var uploads = uploadStatus.map(Self.uploads)
+        if let writeBack, let report = uploads, report.pendingFiles > 0 {
+            uploads?.bytesPerSecond = uploadRate(sent: writeBack.uploadedBytes, transfers: report.transfers)
+            let inFlight = report.transfers.filter { !$0.writing }.reduce(UInt64(0)) { $0 + $1.bytesDone }
+            let left = Double(report.pendingBytes > inFlight ? report.pendingBytes - inFlight : 0)
+            if let rate = uploads?.bytesPerSecond, rate > 0 { uploads?.etaSeconds = left / rate }
+        }
         return MountStatusReport(mountpoint: mountpoint, pid: getpid(), mountedAt: mountedAt, account: account,
-                                 server: server, root: root, readOnly: readOnly, state: state, offline: offline(), cache: cache,
-                                 uploads: writeBack.map { Self.uploads($0.status()) })
+                                 server: server, root: root, readOnly: readOnly, state: state, offline: offline(),
+                                 connection: connection(uploadStatus?.pausedUntil), cache: cache, uploads: uploads)
+    }
+
+    /// Bytes per second Dropbox confirmed over the last half minute of status requests (so a
+    /// `--watch` sees the current rate); on a first request, the transfers' own averages. nil
+    /// while unknown.
+    private func uploadRate(sent: UInt64, transfers: [TransferReport]) -> Double? {
+        let now = Date()
+        let earlier = uploadSamples.withLock { samples -> (at: Date, bytes: UInt64)? in
+            samples.removeAll { now.timeIntervalSince($0.at) > 30 }
+            let oldest = samples.first { now.timeIntervalSince($0.at) >= 1 }
+            samples.append((now, sent))
+            return oldest
+        }
+        if let earlier, sent >= earlier.bytes {
+            return Double(sent - earlier.bytes) / now.timeIntervalSince(earlier.at)
+        }
+        let sum = transfers.filter { !$0.writing }.reduce(0) { $0 + $1.bytesPerSecond }
+        return sum > 0 ? sum : nil
     }
 
     /// Waits until everything closed before the call is committed, or until `deadline`.
@@ -69,6 +103,7 @@ final class MountStatusSource: Sendable {
         guard let writeBack else {
             return SyncReport(mountpoint: mountpoint, ok: true, writeBack: false, waitedSeconds: 0, left: [], pid: getpid())
         }
+        beforeSync()
         let left = writeBack.waitForAll(deadline: deadline, retryingHeld: true)
         return SyncReport(mountpoint: mountpoint, ok: left.isEmpty, writeBack: true,
                           waitedSeconds: Date().timeIntervalSince(started), left: left.map(Self.pending), pid: getpid())
@@ -94,6 +129,7 @@ final class MountStatusSource: Sendable {
 
     static func pending(_ upload: PendingUpload) -> PendingReport {
         PendingReport(path: upload.path, size: upload.size, state: upload.state.rawValue, attempts: upload.attempts,
-                      openForWriting: upload.openForWriting, lastError: upload.lastError, operation: upload.operation)
+                      openForWriting: upload.openForWriting, lastError: upload.lastError, operation: upload.operation,
+                      nextAttemptAt: upload.nextAttemptAt)
     }
 }

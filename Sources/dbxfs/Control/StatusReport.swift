@@ -30,6 +30,9 @@ struct MountStatusReport: Codable, Sendable {
     /// Why Dropbox cannot be reached; omitted while online. Offline, the mount serves its cached
     /// tree and blocks, and catches up with remote changes when Dropbox answers again.
     var offline: String? = nil
+    /// The link to Dropbox: online, offline or refused, the last error and the next attempt.
+    /// Omitted by daemons older than this field.
+    var connection: ConnectionReport? = nil
     var cache: CacheReport
     /// nil (omitted) when the mount has no write-back engine: nothing it holds can be pending.
     var uploads: UploadsReport?
@@ -41,6 +44,22 @@ struct AccountReport: Codable, Sendable {
     var accountId: String?
     /// The stored profile the mount uses; omitted for a bare access token.
     var profile: String?
+}
+
+struct ConnectionReport: Codable, Sendable {
+    /// "online"; "offline" (Dropbox cannot be reached); "refused" (Dropbox no longer accepts the
+    /// mount's access: `message` says what to do).
+    var state: String
+    /// When the mount went offline or lost its access; omitted while online.
+    var since: Date?
+    /// For people: what happened and what works meanwhile, or what to do; omitted while online.
+    var message: String?
+    /// The last failure of any call to Dropbox (retried or not), and when.
+    var lastError: String?
+    var lastErrorAt: Date?
+    /// When the next attempt is due: a retry after a failure, the offline probe, or the end of a
+    /// pause of all uploads; omitted when nothing waits.
+    var nextRetryAt: Date?
 }
 
 struct CacheReport: Codable, Sendable {
@@ -58,6 +77,10 @@ struct UploadsReport: Codable, Sendable {
     var pendingBytes: UInt64
     /// The last attempt found Dropbox unreachable; uploads resume on their own.
     var offline: Bool
+    /// The upload rate of the whole queue (bytes Dropbox confirmed per second, recently), and the
+    /// time left at that rate; omitted while unknown.
+    var bytesPerSecond: Double? = nil
+    var etaSeconds: Double? = nil
     var transfers: [TransferReport]
     var pending: [PendingReport]
     var conflicts: [ConflictReport]
@@ -117,6 +140,8 @@ struct PendingReport: Codable, Sendable {
     /// Set instead of a file for a namespace change ("mkdir /a", "unlink /a/f", "rmdir /a",
     /// "rename /a → /b"); `size` is 0. Added 2026-12-02.
     var operation: String? = nil
+    /// When the next attempt may start, after a failure's back-off; omitted when it may start now.
+    var nextAttemptAt: Date? = nil
 }
 
 struct ConflictReport: Codable, Sendable {
@@ -150,10 +175,12 @@ struct SyncReport: Codable, Sendable {
 
 /// A request on the control socket: one JSON object on one line.
 struct ControlRequest: Codable, Sendable {
-    /// "status" or "sync".
+    /// "status", "sync", or a file command (FileCommandService.commands).
     var command: String
     /// sync: how long to wait (seconds).
     var timeoutSeconds: Double?
+    /// A file command's path and options (FileCommandReports.swift).
+    var file: FileRequest?
 }
 
 /// An error answer on the control socket.
@@ -168,6 +195,17 @@ enum ReportCoding {
         encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
         return encoder
+    }
+
+    /// `value` as JSON text. Pretty printing puts empty lists and objects on one line, `[]` and
+    /// `{}` (Foundation's encoder writes them as `[`, a blank line, `]`).
+    static func json<T: Encodable>(_ value: T, pretty: Bool) -> String {
+        guard let data = try? encoder(pretty: pretty).encode(value) else { return "{}" }
+        let text = String(decoding: data, as: UTF8.self)
+        guard pretty else { return text }
+        // Strings never hold a raw newline (JSON escapes it), so this only meets layout.
+        return text.replacingOccurrences(of: #"\[\s*\n\s*\]"#, with: "[]", options: .regularExpression)
+            .replacingOccurrences(of: #"\{\s*\n\s*\}"#, with: "{}", options: .regularExpression)
     }
 
     static func decoder() -> JSONDecoder {

@@ -56,10 +56,11 @@ enum SessionOperations {
                 st.f_blocks = UInt(stats.totalBlocks)
                 st.f_bfree = UInt(stats.freeBlocks)
                 st.f_bavail = UInt(stats.freeBlocks)
-                // Dropbox has no inode limit; report a large round number so `df -i` reads sanely.
+                // Dropbox has no inode limit: a large round total, and as used only the entries
+                // the mount knows, so `df -i` shows 0-1% and tools that check free inodes go on.
                 st.f_files = 1 << 32
-                st.f_ffree = 1 << 31
-                st.f_favail = 1 << 31
+                st.f_ffree = UInt(1 << 32) - UInt(min(stats.usedFiles, (1 << 32) - 1))
+                st.f_favail = st.f_ffree
                 st.f_namemax = UInt(stats.maxNameLength)
                 fuse_reply_statfs(req, &st)
             } catch {

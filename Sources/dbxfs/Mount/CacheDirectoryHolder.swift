@@ -21,8 +21,12 @@ enum CacheDirectoryHolder {
             return Description(who: "another dbxfs process (it is starting)", advice: "wait a moment")
         }
         let pid = "dbxfs pid \(record.pid)"
-        let report = record.socket.flatMap { socket in
-            try? ControlClient.request(ControlRequest(command: "status"), socket: socket, timeout: 3, as: MountStatusReport.self)
+        var report = askStatus(record)
+        // A plain `fusermount3 -u` passes through "detached" too: the kernel has dropped the mount
+        // but the session has not read its end yet. Only a state that lasts is a lazy unmount.
+        for _ in 0..<20 where report?.state == "detached" {
+            usleep(100_000)
+            report = askStatus(record)
         }
         guard let report, report.pid == record.pid else {
             // Its socket did not answer: what the lock file says is all there is.
@@ -51,6 +55,12 @@ enum CacheDirectoryHolder {
         default:
             return Description(who: "\(pid), mounted at \(record.mountpoint)" + (uploads.map { ", \($0)" } ?? ""),
                                advice: "unmount it first")
+        }
+    }
+
+    private static func askStatus(_ record: CacheDirectoryLock.Record) -> MountStatusReport? {
+        record.socket.flatMap { socket in
+            try? ControlClient.request(ControlRequest(command: "status"), socket: socket, timeout: 3, as: MountStatusReport.self)
         }
     }
 

@@ -1,7 +1,9 @@
 /// Detaching from the terminal without lying about the outcome: the parent forks before any
 /// thread exists, then waits on a pipe until the child says "mounted" or sends its one-line
-/// error. So `dbxfs MOUNTPOINT` returns 0 only once the mount is live, and otherwise prints the
-/// child's reason and exits 1.
+/// error. So `dbxfs MOUNTPOINT` returns 0 only once the mount is live (printing nothing, or one
+/// line worth knowing, such as a mount made offline), and otherwise prints the child's reason
+/// and exits 1. What the child logs before that goes to the log file, never to the terminal
+/// (StartupLog).
 import CFuse
 import Foundation
 
@@ -11,7 +13,8 @@ enum Daemon {
         private var fd: Int32
         init(fd: Int32) { self.fd = fd }
 
-        func succeeded() { send("ok\n") }
+        /// The mount is live; `note` is the one line the waiting command prints (nil: none).
+        func succeeded(note: String? = nil) { send(note.map { "ok \($0)\n" } ?? "ok\n") }
         func failed(_ message: String) { send("error \(message)\n") }
 
         /// False once the parent is gone (Ctrl-C while it waits): the pipe's reading end is
@@ -61,6 +64,10 @@ enum Daemon {
         }
         let text = String(decoding: message, as: UTF8.self).trimmingCharacters(in: .newlines)
         if text == "ok" { exit(0) }
+        if text.hasPrefix("ok ") {
+            printError(String(text.dropFirst(3)))
+            exit(0)
+        }
         if text.hasPrefix("error ") {
             printError(String(text.dropFirst(6)))
         } else {

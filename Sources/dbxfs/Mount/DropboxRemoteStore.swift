@@ -29,16 +29,20 @@ final class DropboxRemoteStore: RemoteStore {
     /// Paths and names of the entries already logged as unusable (the feed repeats them). Shared
     /// by the process's stores: the FUSE side and the change feed see the same listings.
     private static let refusedLogged = Mutex<Set<String>>([])
+    /// What to do when Dropbox stops accepting the mount's token (MountCredentials.mountedFix).
+    let accessFix: String
 
     /// `rootLower` is the root's `path_lower` as Dropbox reported it: Dropbox lowercases (and
     /// composes, NFC) in its own way, and a root lowercased here would not match its paths, which
     /// would make every entry look outside the root (docs/SEMANTICS.md, "Names"). Without it
     /// (offline start) Swift's lowercasing stands in.
-    init(client: DropboxClient, root: String, rootLower: String? = nil, log: Logger? = nil) {
+    init(client: DropboxClient, root: String, rootLower: String? = nil, log: Logger? = nil,
+         accessFix: String = "run 'dbxfs auth'; the mount picks it up without a remount") {
         self.client = client
         self.root = root
         self.rootLower = rootLower ?? root.lowercased()
         self.log = log
+        self.accessFix = accessFix
     }
 
     // MARK: Paths
@@ -149,7 +153,7 @@ final class DropboxRemoteStore: RemoteStore {
     }
 
     func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
-        do { return page(try client.listFolderContinue(cursor: cursor)) } catch { throw remoteError(error, "(listing)") }
+        do { return page(try client.listFolderContinue(cursor: cursor)) } catch { throw remoteError(error, "listing changes") }
     }
 
     func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String {
@@ -161,7 +165,7 @@ final class DropboxRemoteStore: RemoteStore {
         do {
             let result = try client.longpoll(cursor: cursor, timeout: timeout)
             return (result.changes, result.backoff)
-        } catch { throw remoteError(error, "(longpoll)") }
+        } catch { throw remoteError(error, "waiting for changes") }
     }
 
     func download(path: String, rev: String?, range: Range<UInt64>?,
@@ -189,7 +193,7 @@ final class DropboxRemoteStore: RemoteStore {
 
     func startSession(concurrent: Bool) throws(RemoteError) -> String {
         do { return try client.uploadSessionStart(type: concurrent ? .concurrent : .sequential) }
-        catch { throw remoteError(error, "(upload session)") }
+        catch { throw remoteError(error, "starting an upload session") }
     }
 
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool,
@@ -198,7 +202,7 @@ final class DropboxRemoteStore: RemoteStore {
         do {
             try client.uploadSessionAppend(sessionID: id, offset: offset, body: .file(file, offset: offset, length: length),
                                            close: close, progress: bridge(progress, cancel), cancel: cancel)
-        } catch { throw remoteError(error, "(upload session \(id))") }
+        } catch { throw remoteError(error, "an upload session") }
     }
 
     func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {
@@ -216,7 +220,7 @@ final class DropboxRemoteStore: RemoteStore {
                                      commit: commitInfo($0.commit), fileContentHash: $0.commit.contentHash)
         }
         let results: [Result<FileMetadata, DropboxError>]
-        do { results = try client.uploadSessionFinishBatch(batch) } catch { throw remoteError(error, "(finish batch)") }
+        do { results = try client.uploadSessionFinishBatch(batch) } catch { throw remoteError(error, "committing a batch of uploads") }
         return zip(results, entries).map { result, entry in
             switch result {
             case .success(let metadata):
@@ -296,7 +300,7 @@ final class DropboxRemoteStore: RemoteStore {
             // team allocation less the member's own bytes.
             let filesystem = try client.spaceUsage().filesystem
             return (filesystem.used, filesystem.size)
-        } catch { throw remoteError(error, "(space usage)") }
+        } catch { throw remoteError(error, "the space usage") }
     }
 
     func export(path: String) throws(RemoteError) -> ExportedFile {
@@ -327,70 +331,82 @@ final class DropboxRemoteStore: RemoteStore {
         return { done, total in if !progress(done, total) { cancel.cancel() } }
     }
 
-    /// The one mapping from the client's errors to the cache layer's. `path` names the file in
-    /// the messages that end up in the log.
+    /// The one mapping from the client's errors to the cache layer's. `path` names the file (or,
+    /// for calls about no one file, what the call was doing) in the sentences that end up in the
+    /// log, `dbxfs status` and `dbxfs sync` (RemoteError+Description.swift renders the rest).
     func remoteError(_ error: DropboxError, _ path: String) -> RemoteError {
+        let subject = path.isEmpty ? "/" : path
         switch error {
         case .route(let route, let summary):
             switch route {
             case .reset: return .cursorReset
             case .uploadSession(.notFound), .uploadSession(.closed): return .sessionGone(summary)
             case .path(let lookup), .pathLookup(let lookup), .fromLookup(let lookup):
-                return lookupError(lookup, path, summary)
+                return lookupError(lookup, path)
             case .pathWrite(let write), .pathWriteOnDelete(let write), .fromWrite(let write), .to(let write):
-                return writeError(write, path, summary)
+                return writeError(write, path)
             case .other(let tag):
                 switch tag {
                 case "too_many_write_operations": return .rateLimited(retryAfter: 1)
                 case "too_many_files":
-                    return .tooManyFiles("\(path): more than 10,000 files and folders for one move or copy (too_many_files)")
-                case "cant_move_folder_into_itself", "cant_copy_shared_folder", "cant_nest_shared_folder",
-                     "cant_move_shared_folder", "cant_move_into_vault", "cant_move_into_family",
-                     "duplicated_or_nested_paths", "insufficient_quota":
-                    return tag == "insufficient_quota" ? .insufficientSpace : .invalidOperation("\(path): \(tag)")
-                default: return .other("\(path): \(summary.isEmpty ? tag : summary)")
+                    return .tooManyFiles("\(subject): more than 10,000 files and folders for one move or copy (too_many_files)")
+                case "insufficient_quota": return .insufficientSpace
+                default:
+                    if let refusal = Self.refusals[tag] { return .invalidOperation("\(subject): \(refusal) (\(tag))") }
+                    return .other("\(subject): \(error)")
                 }
-            case .uploadSession: return .other("\(path): \(summary)")
+            case .uploadSession, .settingsError: return .other("\(subject): \(error)")
             }
         case .auth(.missingScope(let scope), _):
-            return .auth("\(path): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "
+            return .auth("\(subject): the app lacks the permission \(scope ?? "this call needs") (missing_scope): tick it on the "
                          + "app's Permissions tab at https://www.dropbox.com/developers/apps, then link again (dbxfs auth)")
-        case .auth(_, let summary): return .auth(summary.isEmpty ? "access token rejected" : summary)
-        case .accessDenied(let tag, _): return .auth("\(path): Dropbox refused access (403 \(tag))")
+        case .auth(let reason, _):
+            return .auth(ConnectionMonitor.refusal(reason, fix: accessFix))
+        case .accessDenied(let tag, _): return .auth("\(subject): Dropbox denied access (\(tag))")
         case .rateLimited(_, let retryAfter): return .rateLimited(retryAfter: retryAfter)
-        case .badInput(let message): return .other("\(path): bad request: \(message.prefix(200))")
-        case .server(let status, let message): return .unavailable("\(path): HTTP \(status) \(message.prefix(200))")
-        case .transport(_, let message): return .unavailable("\(path): \(message)")
+        case .server, .transport: return .unavailable("\(error)")
         case .cancelled: return .cancelled
-        case .unexpectedResponse(let message): return .other("\(path): \(message)")
-        case .localIO(let message): return .other("\(path): \(message)")
-        case .contentChanged: return .conflict("\(path): changed on Dropbox during the download")
+        case .badInput, .unexpectedResponse, .localIO: return .other("\(subject): \(error)")
+        case .contentChanged: return .conflict(path)
         }
     }
 
-    private func lookupError(_ error: LookupError, _ path: String, _ summary: String) -> RemoteError {
-        switch error {
+    /// What Dropbox refuses to do, by its tag (files.stone RelocationError and friends).
+    private static let refusals: [String: String] = [
+        "cant_move_folder_into_itself": "Dropbox cannot move a folder into itself",
+        "cant_copy_shared_folder": "Dropbox cannot copy a shared folder",
+        "cant_nest_shared_folder": "Dropbox cannot put a shared folder inside another shared folder",
+        "cant_move_shared_folder": "Dropbox cannot move this shared folder",
+        "cant_move_into_vault": "Dropbox cannot move items into the Vault",
+        "cant_move_into_family": "Dropbox cannot move items into the Family folder",
+        "duplicated_or_nested_paths": "Dropbox refuses duplicated or nested paths in one request",
+    ]
+
+    private func lookupError(_ error: LookupError, _ path: String) -> RemoteError {
+        let subject = path.isEmpty ? "/" : path
+        return switch error {
         case .notFound: .notFound(path)
         case .notFile: .notFile(path)
         case .notFolder: .notFolder(path)
         case .malformedPath: .malformedPath(path)
-        case .restrictedContent: .restrictedContent("\(path): Dropbox restricts this content and will not serve it (restricted_content)")
-        case .locked: .locked("\(path): the file is locked on Dropbox (locked)")
-        default: .other("\(path): \(summary)")
+        case .restrictedContent: .restrictedContent("\(subject): \(error)")
+        case .locked: .locked("\(subject): \(error)")
+        case .unsupportedContentType, .other: .other("\(subject): \(error)")
         }
     }
 
-    private func writeError(_ error: WriteError, _ path: String, _ summary: String) -> RemoteError {
-        switch error {
+    private func writeError(_ error: WriteError, _ path: String) -> RemoteError {
+        let subject = path.isEmpty ? "/" : path
+        return switch error {
         case .conflict(.fileAncestor): .notFolder(path)
         case .conflict: .conflict(path)
         case .insufficientSpace: .insufficientSpace
         case .disallowedName: .disallowedName(path)
         case .malformedPath: .malformedPath(path)
         case .tooManyWriteOperations: .rateLimited(retryAfter: 1)
-        case .noWritePermission: .permissionDenied("\(path): no write permission on Dropbox (a read-only shared folder)")
-        case .teamFolder, .accessRestricted: .auth("\(path): no write permission")
-        default: .other("\(path): \(summary)")
+        case .noWritePermission: .permissionDenied("\(subject): Dropbox refuses writes there: no write permission in a read-only shared folder")
+        case .teamFolder, .accessRestricted: .auth("\(subject): Dropbox refuses writes there: \(error)")
+        case .operationSuppressed, .other: .other("\(subject): \(error)")
         }
     }
 }

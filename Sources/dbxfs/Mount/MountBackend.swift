@@ -22,11 +22,20 @@ struct MountBackend: CustomStringConvertible {
     let statusSource: MountStatusSource
     /// The cache directory's lock, held until the process exits (nil: no cache directory).
     var cacheLock: CacheDirectoryLock?
+    /// `dbxfs history`, `restore`, `share`, ... (Control/FileCommandService.swift); nil in memory.
+    var fileCommands: FileCommandService?
     /// Starts the change watcher once the FUSE session exists (its kernel notifier is the sink).
     var startChangeWatcher: (any CacheInvalidationSink) -> Void = { _ in }
     /// Called as soon as the daemon starts to stop, before the FUSE loop has ended: waiting
     /// requests (fsync) give up by the drain bound, so the loop can end.
     var beginStopping: @Sendable () -> Void = {}
+    /// Once the mount is live: remembers where this account's cache is, for offline starts.
+    var mounted: () -> Void = {}
+    /// After a failure past `open` (the FUSE mount refused): removes the cache directory if this
+    /// run created it, so a mount that never happened leaves nothing behind. Call after `shutdown`.
+    var discardNewCache: () -> Void = {}
+    /// The one line a detached mount prints when it is live (nil: nothing to say).
+    var startupNote: String?
 
     /// `stillWanted` tells a `--wait-for-cache` wait whether anyone still waits for the mount.
     static func open(options: MountOptions, logger: Logger, stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
@@ -110,12 +119,18 @@ struct MountBackend: CustomStringConvertible {
         }
 
         let cacheDirectory: URL
+        var createdCache = false
         if let offlineAt {
             cacheDirectory = offlineAt.cacheDirectory
             do { try CacheDirectoryPrivacy.check(cacheDirectory.path) } catch { throw Failure(description: error.description) }
         } else {
-            cacheDirectory = try prepareCacheDirectory(options, accountID: account.accountID, namespace: account.pathRootNamespace)
+            (cacheDirectory, createdCache) = try prepareCacheDirectory(options, accountID: account.accountID,
+                                                                       namespace: account.pathRootNamespace)
         }
+        // A mount refused from here on leaves no cache directory it made itself (nothing was
+        // written through it, so nothing in it is worth keeping).
+        var keepCache = false
+        defer { if createdCache && !keepCache { discard(cacheDirectory) } }
         // Before the journal, the saved tree or the staging area is opened: one daemon per cache directory.
         let cacheLock: CacheDirectoryLock
         do {
@@ -125,29 +140,33 @@ struct MountBackend: CustomStringConvertible {
             throw Failure(description: error.description)
         }
         CacheDirectoryPrivacy.tighten(cacheDirectory.path, logger: logger)
-        if offlineAt == nil {
-            OfflineStart.remember(account, cacheDirectory: cacheDirectory, options: options, profile: credentials.profile)
-        }
-        let client = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile,
-                                                                      pathRoot: pathRoot),
-                                   tokens: credentials.tokens)
+        if offlineAt == nil { OfflineStart.saveAccount(account, in: cacheDirectory) }
+        // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
+        let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
+        // Every client of the mount reports its retries, failures and successes here, for status
+        // and for the log line when Dropbox stops accepting the token (or accepts it again).
+        let connection = ConnectionMonitor(fix: credentials.mountedFix, offline: offline, log: logger)
+        var mainConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, pathRoot: pathRoot)
+        mainConfiguration.observer = connection
+        let client = DropboxClient(configuration: mainConfiguration, tokens: credentials.tokens)
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
         let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
-                                        rootLower: rootLower, log: logger)
-        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger)
-        // The VFS reads through the gate (fails fast while offline); the watcher uses `remote` itself.
-        let offline = OfflineState(offline: offlineAt != nil, reason: offlineAt?.reason)
+                                        rootLower: rootLower, log: logger, accessFix: credentials.mountedFix)
+        let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger,
+                                              accessFix: credentials.mountedFix)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
         // budget (~6 s) against a dead network. The watcher probes instead, every 1-2 s, on its own
         // fail-fast client (two attempts, 5 s connect timeout), and ends offline mode for everyone.
         let gated = OfflineGatedRemote(remote, state: offline, probeInterval: nil)
         let gatedUploads = OfflineGatedRemote(uploadRemote, state: offline, probeInterval: nil)
-        let watcherClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
-                                                                             retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot),
-                                          tokens: credentials.tokens)
-        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger)
+        var watcherConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                       retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot)
+        watcherConfiguration.observer = connection
+        let watcherClient = DropboxClient(configuration: watcherConfiguration, tokens: credentials.tokens)
+        let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger,
+                                               accessFix: credentials.mountedFix)
 
         var config = VFSConfig(uid: options.uid, gid: options.gid)
         config.umask = options.umask
@@ -172,22 +191,51 @@ struct MountBackend: CustomStringConvertible {
         if let vfs, (vfs.writeBack?.status().pendingFiles ?? 0) > 0 {
             Thread { vfs.showPendingUploads() }.start()
         }
+        let tokens = credentials.tokens
+        connection.connect(adoptNewCredentials: { tokens.adoptReloaded(replacing: tokens.current.accessToken) },
+                           resume: { vfs?.writeBack?.retryHeldUploads() })
         let status = MountStatusSource(
             account: AccountReport(email: account.email, displayName: account.displayName,
                                    accountId: account.accountID, profile: credentials.profile),
             server: serverName, root: options.root, readOnly: options.readOnly,
             cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
-            offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil })
+            offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil },
+            connection: { connection.report(uploadsPausedUntil: $0) },
+            beforeSync: { connection.adoptNewCredentialsIfRefused() })
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
-        backend.startChangeWatcher = { sink in feed?.start(sink: sink) }
+        // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
+        let commandClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                                             retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot),
+                                          tokens: credentials.tokens)
+        let commandSink = ForwardingInvalidationSink()
+        backend.fileCommands = FileCommandService(
+            store: DropboxRemoteStore(client: commandClient, root: options.root, rootLower: rootLower, log: logger),
+            vfs: vfs, offline: offline, sink: commandSink, logger: logger)
+        backend.startChangeWatcher = { sink in
+            commandSink.connect(sink)
+            feed?.start(sink: sink)
+        }
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)
             vfs?.writeBack?.stopWaiting(by: deadline)
         }
+        if offlineAt == nil {
+            backend.mounted = { OfflineStart.remember(cacheDirectory: cacheDirectory, options: options, profile: credentials.profile) }
+        } else {
+            backend.startupNote = "\(offlineAt!.reason); mounted offline with the tree saved earlier: cached files can be read, "
+                + "and files written are uploaded once Dropbox answers"
+        }
+        if createdCache { backend.discardNewCache = { discard(cacheDirectory) } }
+        keepCache = true
         return backend
+    }
+
+    /// Removes a cache directory this run created, after a failed mount.
+    private static func discard(_ directory: URL) {
+        try? FileManager.default.removeItem(at: directory)
     }
 
     /// The real facade over the remote. Kept in one place so the glue does not care how `VFS`
@@ -233,7 +281,7 @@ struct MountBackend: CustomStringConvertible {
         let status = engine.status()
         let pending = status.pendingFiles + status.operations.count
         if pending > 0 {
-            logger.info("unmounting: waiting up to \(Int(max(0, deadline.timeIntervalSinceNow))) s for \(status.pendingFiles) pending upload(s) and \(status.operations.count) change(s) (mkdir, unlink, rmdir, rename)")
+            logger.info("unmounting: waiting up to \(Int(max(0, deadline.timeIntervalSinceNow))) s for \(counted(status.pendingFiles, "pending upload", "pending uploads")) and \(counted(status.operations.count, "change", "changes")) (mkdir, unlink, rmdir, rename)")
         }
         let left = engine.shutdown(drainUntil: deadline)
         guard !left.isEmpty else {
@@ -243,18 +291,22 @@ struct MountBackend: CustomStringConvertible {
         let kept = left.filter(\.journaled), lost = left.filter { !$0.journaled }
         if !kept.isEmpty {
             let names = kept.map { "\($0.operation ?? $0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
-            logger.warning("unmounted with \(kept.count) file(s) or change(s) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+            let changes = kept.filter { $0.operation != nil }.count
+            let what = changes == 0 ? counted(kept.count, "file", "files")
+                : "\(counted(kept.count - changes, "file", "files")) and \(counted(changes, "change", "changes"))"
+            logger.warning("unmounted with \(what) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
         }
         if !lost.isEmpty {
             // Closes the full cache disk never let us journal (docs/SEMANTICS.md, "Writing").
-            logger.error("unmounted with \(lost.count) file(s) lost: their close could never be journaled (the cache directory's disk was full): \(lost.map(\.path).joined(separator: ", "))")
+            logger.error("unmounted with \(counted(lost.count, "file", "files")) lost: their close could never be journaled (the cache directory's disk was full): \(lost.map(\.path).joined(separator: ", "))")
         }
     }
 
     /// `--cache-dir`, or $XDG_CACHE_HOME/dbxfs/<16 hex digits of sha256(server, account, root)>,
     /// so two accounts, or two roots of one account, never share a cache. Created 0700; refused
     /// when it is someone else's or others can write to it (CacheDirectoryPrivacy).
-    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String, namespace: String?) throws(Failure) -> URL {
+    private static func prepareCacheDirectory(_ options: MountOptions, accountID: String,
+                                              namespace: String?) throws(Failure) -> (URL, created: Bool) {
         let path: String
         if let explicit = options.cacheDirectory {
             path = explicit
@@ -268,6 +320,7 @@ struct MountBackend: CustomStringConvertible {
             if let namespace { key += "\nns:\(namespace)" }
             path = base + "/dbxfs/" + String(hex(sha256(Array(key.utf8))).prefix(16))
         }
+        let existed = FileManager.default.fileExists(atPath: path)
         do {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -276,7 +329,7 @@ struct MountBackend: CustomStringConvertible {
         }
         do { try CacheDirectoryPrivacy.check(path) } catch { throw Failure(description: error.description) }
         guard access(path, W_OK) == 0 else { throw Failure(description: "the cache directory \(path) is not writable") }
-        return URL(fileURLWithPath: path)
+        return (URL(fileURLWithPath: path), !existed)
     }
 
     /// The namespace to send as Dropbox-API-Path-Root: the team root for a team-space member
@@ -314,7 +367,14 @@ struct MountBackend: CustomStringConvertible {
     private static func startupMessage(_ error: DropboxError, server: String, fix: String) -> String {
         // At mount time a refused token is the likely cause, and the fix depends on where the
         // token came from; everything else reads as it does for `auth` and `unlink`.
-        if case .auth(let reason, _) = error { return "the access token was rejected by \(server) (\(reason)); \(fix)" }
+        switch error {
+        case .auth(.other, _):   // the token endpoint refused the refresh token
+            return "\(ServerMessages.describe(error, server: server)); \(fix)"
+        case .auth(let reason, _):
+            return "the access token was rejected by \(server) (\(reason)); \(fix)"
+        default:
+            break
+        }
         return ServerMessages.describe(error, server: server)
     }
 }

@@ -36,14 +36,28 @@ enum OfflineStart {
         return cacheBase() + "/dbxfs/last-mount-" + String(hex(sha256(Array(key.utf8))).prefix(16))
     }
 
-    /// Records the account and the cache directory of an online start (best effort).
-    static func remember(_ account: SavedAccount, cacheDirectory: URL, options: MountOptions, profile: String?) {
+    /// Records who the mount is in its cache directory, at an online start (best effort).
+    static func saveAccount(_ account: SavedAccount, in cacheDirectory: URL) {
         if let data = try? JSONEncoder().encode(account) {
             try? data.write(to: cacheDirectory.appendingPathComponent("account.json"), options: .atomic)
         }
+    }
+
+    /// Once an online mount is live: records where the cache of this server, credentials and
+    /// root is, for an offline start. Only for the default cache directory: with `--cache-dir`
+    /// the offline start is given the directory, and an index per explicit directory would only
+    /// pile up (tests use a new one each time). Index files whose cache directory is gone are
+    /// removed on the way, so there is at most one per server, credentials and root that exists.
+    static func remember(cacheDirectory: URL, options: MountOptions, profile: String?) {
+        let base = cacheBase() + "/dbxfs"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: base)) ?? [] where name.hasPrefix("last-mount-") {
+            let file = base + "/" + name
+            guard let target = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+            if !FileManager.default.fileExists(atPath: target + "/account.json") { try? FileManager.default.removeItem(atPath: file) }
+        }
+        guard options.cacheDirectory == nil else { return }
         let index = indexFile(options: options, profile: profile)
-        try? FileManager.default.createDirectory(atPath: (index as NSString).deletingLastPathComponent,
-                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try? Data(cacheDirectory.path.utf8).write(to: URL(fileURLWithPath: index), options: .atomic)
     }
 

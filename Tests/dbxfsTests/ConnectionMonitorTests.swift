@@ -1,0 +1,67 @@
+/// The mount's view of its link to Dropbox (Mount/ConnectionMonitor.swift), fed the way the
+/// client feeds it: a refused token is reported once with the fix and clears on the next success
+/// (which resumes the held uploads); offline and retries show with their next attempt; answers
+/// about one item (a 409) are not trouble with the link.
+import DropboxRemote
+import Foundation
+import Synchronization
+import Testing
+import VFSCache
+@testable import dbxfs
+
+@Suite struct ConnectionMonitorTests {
+    final class Lines: Sendable {
+        let lines = Mutex<[String]>([])
+        var all: [String] { lines.withLock { $0 } }
+        var logger: Logger { Logger(level: .debug) { level, message in self.lines.withLock { $0.append("\(level.label): \(message)") } } }
+    }
+
+    static let fix = "run 'dbxfs auth --profile work'; the mount picks it up without a remount"
+
+    @Test func aRefusedTokenIsReportedOnceWithTheFixAndClearsOnSuccess() {
+        let log = Lines()
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: log.logger)
+        let resumed = Atomic<Int>(0)
+        monitor.connect(adoptNewCredentials: nil, resume: { resumed.add(1, ordering: .relaxed) })
+        #expect(monitor.report().state == "online")
+
+        monitor.failed(.auth(.invalidAccessToken, summary: "invalid_access_token/.."))
+        monitor.failed(.auth(.invalidAccessToken, summary: "invalid_access_token/.."))
+        let refused = monitor.report()
+        #expect(refused.state == "refused" && refused.since != nil)
+        #expect(refused.message == "Dropbox no longer accepts this mount's access (the access token is invalid or was revoked): \(Self.fix)")
+        #expect(log.all.filter { $0.contains("no longer accepts") }.count == 1, "\(log.all)")
+
+        monitor.succeeded()
+        #expect(monitor.report().state == "online")
+        #expect(resumed.load(ordering: .relaxed) == 1)
+        #expect(log.all.contains { $0.contains("accepts this mount's access again") })
+    }
+
+    @Test func aMissingPermissionOrAnAnswerAboutOneItemIsNotTroubleWithTheLink() {
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: Lines().logger)
+        monitor.failed(.auth(.missingScope(requiredScope: "files.content.write"), summary: ""))
+        #expect(monitor.report().state == "online")
+        let before = monitor.report().lastErrorAt
+        monitor.failed(.route(.path(.notFound), summary: "path/not_found/.."))
+        monitor.failed(.cancelled)
+        #expect(monitor.report().lastErrorAt == before)
+    }
+
+    @Test func retriesAndOfflineShowTheLastErrorAndTheNextTry() {
+        let offline = OfflineState()
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: offline, log: Lines().logger)
+        monitor.willRetry(after: .server(status: 503, message: "injected fault"), in: 30)
+        let retrying = monitor.report()
+        #expect(retrying.state == "online")
+        #expect(retrying.lastError == "Dropbox is failing (HTTP 503: injected fault); try again later")
+        #expect((retrying.nextRetryAt?.timeIntervalSinceNow ?? 0) > 20)
+
+        offline.set(offline: true, reason: "cannot reach Dropbox: Couldn't connect to server")
+        offline.noteNextProbe(at: Date().addingTimeInterval(2))
+        let down = monitor.report()
+        #expect(down.state == "offline" && down.since != nil)
+        #expect(down.message?.hasPrefix("cannot reach Dropbox: Couldn't connect to server. Cached files can be read") == true)
+        #expect((down.nextRetryAt?.timeIntervalSinceNow ?? 0) < 5)
+    }
+}
