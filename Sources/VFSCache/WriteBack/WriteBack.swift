@@ -382,7 +382,15 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// A close that could not be journaled counts as left, failed. With `retryingHeld` (sync),
     /// files held after a hard failure are tried again at once instead of at their slow retry, and
     /// count as failed only once that attempt failed: freeing space and syncing is enough.
+    /// Returns once the facade got the events of what was done (the tree shows the commits and
+    /// settled operations), so whatever comes after a sync sees them (`dbxfs restore`).
     public func waitForAll(deadline: Date, retryingHeld: Bool = false) -> [PendingUpload] {
+        let left = waitForAllLocked(deadline: deadline, retryingHeld: retryingHeld)
+        deliverPendingEvents()
+        return left
+    }
+
+    private func waitForAllLocked(deadline: Date, retryingHeld: Bool) -> [PendingUpload] {
         condition.lock(); defer { condition.unlock() }
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.
