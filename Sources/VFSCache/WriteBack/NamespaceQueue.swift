@@ -245,7 +245,8 @@ extension WriteBackEngine {
 
     /// Whether an upload of `key` must wait for a queued operation (lock held).
     func waitsForNamespace(_ key: String) -> Bool {
-        !namespaceKeys.isEmpty && namespaceKeys.overlaps(key)
+        // The root ("") is above every path: any queued operation touches it.
+        !namespaceKeys.isEmpty && (key.isEmpty || namespaceKeys.overlaps(key))
     }
 
     // MARK: For the facade
