@@ -18,7 +18,7 @@ lets tests exercise both forms. Jobs finish at once; their results wait for /che
 
 from . import paths
 from .errors import BadRequest, RouteError
-from .routes_files import args, batch_entries, delete_one, get_field, job_check, relocate_one
+from .routes_files import args, batch_entries, delete_one, entry_results, get_field, job_check, relocate_one
 from .storage import metadata
 
 
@@ -31,17 +31,8 @@ def _launch(call, entries, force_async=False):
 
 # ----- delete_batch -----
 def delete_batch(call):
-    results = []
-    for entry in batch_entries(args(call)):
-        contended = call.app.contention.entry_failure()
-        if contended is not None:
-            # DeleteError.too_many_write_operations.
-            results.append({".tag": "failure", "failure": contended})
-            continue
-        try:
-            results.append({".tag": "success", **delete_one(call.app, entry)})
-        except RouteError as err:
-            results.append({".tag": "failure", "failure": err.error})
+    # Contention: DeleteError.too_many_write_operations, as it comes.
+    results = entry_results(call, batch_entries(args(call)), lambda entry: delete_one(call.app, entry))
     return {".tag": "async_job_id", "async_job_id": call.app.save_job({".tag": "complete", "entries": results})}
 
 
@@ -93,20 +84,15 @@ def move_batch_v2(call):
     if not entries:
         raise BadRequest("request body: entries: expected at least 1 item")
     autorename = get_field(arg, "autorename", bool, False)
-    results = []
-    for entry in entries:
-        contended = call.app.contention.entry_failure()
-        if contended is not None:
-            # RelocationBatchErrorEntry.too_many_write_operations.
-            results.append({".tag": "failure", "failure": contended})
-            continue
-        try:
-            row = relocate_one(call.app, entry, copy=False, autorename=autorename)
-            # RelocationBatchResultEntry.success is a Metadata (a struct with subtypes): nested
-            # under its tag, with its own ".tag" (file/folder).
-            results.append({".tag": "success", "success": metadata(row)})
-        except RouteError as err:
-            results.append({".tag": "failure", "failure": {".tag": "relocation_error", "relocation_error": err.error}})
+
+    # RelocationBatchResultEntry.success is a Metadata (a struct with subtypes): nested under its
+    # tag, with its own ".tag" (file/folder). Contention: RelocationBatchErrorEntry's
+    # too_many_write_operations, as it comes.
+    def one(entry):
+        return {"success": metadata(relocate_one(call.app, entry, copy=False, autorename=autorename))}
+
+    results = entry_results(call, entries, one,
+                            failure=lambda error: {".tag": "relocation_error", "relocation_error": error})
     return _launch(call, results)
 
 

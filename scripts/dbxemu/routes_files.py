@@ -404,6 +404,23 @@ def batch_entries(arg, limit=1000):
     return entries
 
 
+def entry_results(call, entries, one, failure=lambda error: error, contended=lambda error: error):
+    """A batch's results, one per entry in order: `success` with what `one(entry)` returns, or
+    `failure` with the entry's error (`failure` wraps it in the batch's error union; `contended`
+    wraps write contention's `too_many_write_operations`, which may refuse any entry)."""
+    results = []
+    for entry in entries:
+        refused = call.app.contention.entry_failure()
+        if refused is not None:
+            results.append({".tag": "failure", "failure": contended(refused)})
+            continue
+        try:
+            results.append({".tag": "success", **one(entry)})
+        except RouteError as err:
+            results.append({".tag": "failure", "failure": failure(err.error)})
+    return results
+
+
 def job_check(call):
     job_id = get_field(args(call), "async_job_id", str, required=True)
     return call.app.load_job(job_id)
