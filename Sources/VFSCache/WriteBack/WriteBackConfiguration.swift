@@ -13,8 +13,9 @@ public struct WriteBackConfiguration: Sendable {
     /// Appends in flight at once, over all large uploads.
     public var chunksInFlight = 4
     /// Threads running small uploads, session uploads of batched files, commits and large-upload
-    /// coordinators.
-    public var uploadThreads = 4
+    /// coordinators. Each small file of a burst costs one upload_session/start round trip before
+    /// the batch commit: at 50 ms, `tar x` of 1000 files took 16.8 s with 4, 5.4 s with 16.
+    public var uploadThreads = 16
     /// Large uploads in progress at once (each one keeps `chunksInFlight` busy on its own).
     public var maxConcurrentLargeUploads = 2
     /// A burst of small files is gathered until no new one arrived for this long...
