@@ -60,9 +60,11 @@ final class CurlTransport: Sendable {
     /// this request's body and response body (for progress).
     /// `onResponseStart` sees the status and headers of a 2xx answer before the first body byte
     /// reaches the sink; returning an error aborts the transfer with it.
+    /// `traffic`, if given, is set to the body bytes sent and received, whatever the outcome.
     func perform(_ request: HTTPRequest, sink: DownloadSink? = nil, cancel: CancelHandle? = nil,
                  onSent: ((UInt64) -> Void)? = nil, onReceived: ((UInt64) -> Void)? = nil,
-                 onResponseStart: ((Int, [String: String]) -> DropboxError?)? = nil) -> Result<HTTPResponse, DropboxError> {
+                 onResponseStart: ((Int, [String: String]) -> DropboxError?)? = nil,
+                 traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64)>? = nil) -> Result<HTTPResponse, DropboxError> {
         if cancel?.isCancelled == true { return .failure(.cancelled) }
         let handle = checkout()
         defer { checkin(handle) }
@@ -70,6 +72,7 @@ final class CurlTransport: Sendable {
             let state = TransferState(body: request.body ?? .empty, sink: sink == nil ? nil : escapableSink,
                                       cancel: cancel, onSent: onSent, onReceived: onReceived)
             state.onResponseStart = onResponseStart
+            defer { traffic?.pointee = (state.bodyBytesSent, state.bodyBytesReceived) }
             return run(request, on: handle.raw, state: state)
         }
     }
@@ -199,6 +202,10 @@ private final class TransferState {
     deinit { errorBuffer.deallocate() }
 
     var shouldAbort: Bool { shouldAbortBySink || cancel?.isCancelled == true }
+
+    var bodyBytesSent: UInt64 { sent }
+    /// What the sink took plus what was collected (error bodies, rpc answers).
+    var bodyBytesReceived: UInt64 { received + UInt64(collected.count) }
 
     func openBody() -> DropboxError? {
         guard case .file(let url, _, _) = body else { return nil }

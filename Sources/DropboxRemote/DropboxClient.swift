@@ -103,12 +103,49 @@ extension DropboxClient {
     // MARK: One attempt
 
     /// Makes one request for `route`. `arg` is the JSON argument (nil = Void). For downloads,
-    /// `sink` receives the body; `range` adds a Range header.
+    /// `sink` receives the body; `range` adds a Range header. The observer hears of it
+    /// (`RequestObserver.attempted`): route, outcome, duration, body bytes.
     func attempt(_ route: Route, arg: JSON?, context: AttemptContext, body: UploadBody? = nil,
                  range: (start: UInt64, end: UInt64?)? = nil, sink: DownloadSink? = nil,
                  cancel: CancelHandle? = nil, totalTimeout: Int? = nil,
                  onSent: ((UInt64) -> Void)? = nil, onReceived: ((UInt64) -> Void)? = nil,
                  onResponseStart: ((Int, [String: String]) -> DropboxError?)? = nil) throws(DropboxError) -> RouteResult {
+        guard let observer = configuration.observer else {
+            return try send(route, arg: arg, context: context, body: body, range: range, sink: sink, cancel: cancel,
+                            totalTimeout: totalTimeout, onSent: onSent, onReceived: onReceived,
+                            onResponseStart: onResponseStart, traffic: nil)
+        }
+        var traffic: (sent: UInt64, received: UInt64) = (0, 0)
+        let started = DispatchTime.now().uptimeNanoseconds
+        func report(_ outcome: RequestOutcome) {
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+            let kind: RequestKind = switch route.style {
+            case .rpc: .rpc
+            case .upload: .upload
+            case .download: .download
+            }
+            observer.attempted(RequestAttempt(route: route.name, kind: kind, outcome: outcome, seconds: seconds,
+                                              bytesSent: traffic.sent, bytesReceived: traffic.received))
+        }
+        do throws(DropboxError) {
+            let result = try withUnsafeMutablePointer(to: &traffic) { (counts) throws(DropboxError) -> RouteResult in
+                try send(route, arg: arg, context: context, body: body, range: range, sink: sink, cancel: cancel,
+                         totalTimeout: totalTimeout, onSent: onSent, onReceived: onReceived,
+                         onResponseStart: onResponseStart, traffic: counts)
+            }
+            report(.ok)
+            return result
+        } catch {
+            report(RequestOutcome(error))
+            throw error
+        }
+    }
+
+    private func send(_ route: Route, arg: JSON?, context: AttemptContext, body: UploadBody?,
+                      range: (start: UInt64, end: UInt64?)?, sink: DownloadSink?, cancel: CancelHandle?, totalTimeout: Int?,
+                      onSent: ((UInt64) -> Void)?, onReceived: ((UInt64) -> Void)?,
+                      onResponseStart: ((Int, [String: String]) -> DropboxError?)?,
+                      traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64)>?) throws(DropboxError) -> RouteResult {
         let endpoints = configuration.endpoints
         let base = switch route.host {
         case .api: endpoints.api
@@ -139,7 +176,7 @@ extension DropboxClient {
         let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout)
         let response: HTTPResponse
         switch transport.perform(request, sink: sink, cancel: cancel, onSent: onSent, onReceived: onReceived,
-                                 onResponseStart: onResponseStart) {
+                                 onResponseStart: onResponseStart, traffic: traffic) {
         case .success(let r): response = r
         case .failure(let error): throw error
         }
@@ -189,6 +226,7 @@ extension DropboxClient {
                 }
                 if wait > 0 {
                     waited += wait
+                    configuration.observer?.paced(seconds: wait)
                     if !CancellableSleeper().sleep(seconds: wait, cancel: cancel) { throw .cancelled }
                 }
             }

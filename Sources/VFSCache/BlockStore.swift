@@ -1,9 +1,12 @@
 /// `BlockStore`: where a read gets its bytes. A block comes from memory, else from the disk
-/// cache, else from one ranged download; concurrent requests for one block share a single fetch
-/// (single-flight). Demand fetches run on the calling FUSE thread (no hand-off latency);
-/// read-ahead fetches run on the store's bounded worker pool, in parallel, a span of several
-/// blocks per download. Downloaded blocks are handed to a separate disk-writer thread, or dropped
-/// when it is behind, so no reader waits for the disk cache.
+/// cache, else from one ranged download. Concurrent requests for one block share one fetch
+/// (`BlockFlights`), and a reader takes the bytes it needs as soon as they arrive, not when the
+/// whole block has. Sequential readers fetch whole blocks: a reader's own block on the store's
+/// fetch pool, read-ahead on its read-ahead pool (a span of several blocks per download), both in
+/// parallel. Random readers fetch fragments on their own thread (`VFSConfig.fragmentBytes`,
+/// aligned, more at once the longer a reader stays sequential): a 4 KiB read costs a 128 KiB
+/// download, not a 4 MiB one. Downloaded blocks are handed to a separate disk-writer thread, or
+/// dropped when it is behind, so no reader waits for the disk cache; fragments stay in memory.
 import ContentHash
 import Foundation
 import Synchronization
@@ -16,16 +19,27 @@ final class BlockStore: @unchecked Sendable {
     /// Fetches under way, keyed by block and purge epoch: a fetch that began before a purge of its
     /// file is never joined after it, and does not put what it read back into the caches.
     private struct FlightKey: Hashable, Sendable { var block: BlockKey; var epoch: Int }
-    private let flights = SingleFlight<FlightKey, CachedBlock>()
+    private let flights = BlockFlights<FlightKey>()
+    private typealias Fetch = BlockFlights<FlightKey>.Fetch
     /// Purge epochs by file id, in 256 slots: each purge bumps its file's slot. Per file because
     /// purges are frequent (every commit of a file that had a rev replaces that rev): one must not
     /// make every other file's read-ahead throw away what it fetched.
     private let purgeEpochs = Mutex<[Int]>(Array(repeating: 0, count: 256))
-    /// The cause of each block's last failed fetch, so every reader that shared the fetch can log it.
+    /// The cause of each block's last failed fetch (by block, fragments included), so every reader
+    /// that shared the fetch can log it.
     private let failures = Mutex<[BlockKey: FetchFailure]>([:])
     /// Whether the content-hash check uses the blocks' 4 MiB piece digests (see `CachedBlock`).
     let usesPieceDigests: Bool
+    /// Fragment size in use (`VFSConfig.fragmentBytes`); 0 when every fetch is a whole block.
+    let fragmentBytes: Int
+    /// Round trip of fragment downloads, in microseconds (`noteFragmentRoundTrip`).
+    private let fragmentRoundTrip = Atomic<Int>(0)
+    /// Background completions of blocks queued and not started (`completeInBackground`).
+    private let completionsQueued = Atomic<Int>(0)
     private let readAheadPool: WorkerPool
+    /// Whole blocks a reader waits for: downloaded here, so the reader can take its bytes as they
+    /// arrive while the rest of the block follows.
+    private let fetchPool: WorkerPool
     private let diskWriter: WorkerPool
     /// Writes whole-file copies (`keepWholeFile`), one at a time, apart from the block writer.
     private let wholeFileWriter: WorkerPool
@@ -45,36 +59,158 @@ final class BlockStore: @unchecked Sendable {
         self.config = config
         self.disk = disk
         self.log = log
-        memory = MemoryBlockCache(budget: config.memoryCacheBytes)
+        memory = MemoryBlockCache(budget: config.memoryCacheBytes, observer: config.observer)
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
+        let fragment = config.fragmentBytes
+        fragmentBytes = fragment > 0 && fragment < config.blockSize && config.blockSize % fragment == 0 ? fragment : 0
         readAheadPool = WorkerPool(name: "dbxfs-readahead", threads: config.readAheadParallelism)
+        fetchPool = WorkerPool(name: "dbxfs-fetch", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 2)
         wholeFileWriter = WorkerPool(name: "dbxfs-wholefile", threads: 1)
     }
 
-    /// The block, waiting for a fetch already under way if there is one. Failures are EIO, with
-    /// one error line naming the file, the range and the cause.
-    func block(_ request: BlockRequest) throws(Errno) -> CachedBlock {
-        if let block = memory.get(request.key) { return block }
+    /// What a read asks to be downloaded when its bytes are not cached.
+    enum FetchSize: Equatable, Sendable {
+        /// The whole block (sequential readers: read-ahead and the content-hash check need it).
+        case wholeBlock
+        /// About this many bytes around the read, in fragments (random readers).
+        case around(Int)
+    }
+
+    /// Bytes a reader asked for: `bytes` of `block`'s buffer (filled at least that far), which
+    /// is a whole block (`isWholeBlock`: the content-hash check may use its piece digests) or a
+    /// fragment.
+    struct Slice {
+        let block: CachedBlock
+        let bytes: Range<Int>
+        let isWholeBlock: Bool
+    }
+
+    /// The bytes `within` (offsets inside the block) of block `request`, waiting for a fetch
+    /// already under way if there is one, and only until those bytes are in. Failures are EIO
+    /// (EACCES for content Dropbox refuses), with one error line naming the file, the range and
+    /// the cause.
+    func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize) throws(Errno) -> [Slice] {
+        if let block = memory.get(request.key) {
+            config.observer?.blockHit(in: .memory)
+            return [Slice(block: block, bytes: within, isWholeBlock: true)]
+        }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            while true {
-                let epoch = self.epoch(of: request.key.fileID)
-                do throws(Errno) {
-                    return try flights.run(FlightKey(block: request.key, epoch: epoch), deadline: deadline) { () throws(Errno) in
-                        try load(request, epoch: epoch)
-                    }
-                } catch where error == .again {
-                    // We joined a read-ahead that gave this block up (`fetchSpan`): fetch it ourselves.
-                    if let block = memory.get(request.key) { return block }
-                }
+            if case .around(let bytes) = size,
+               let slices = try fragments(of: request, within: within, around: bytes, deadline: deadline) {
+                return slices
             }
+            let block = try wholeBlock(request, prefix: within.upperBound, deadline: deadline)
+            return [Slice(block: block, bytes: within, isWholeBlock: true)]
         } catch {
             let failure = failures.withLock { $0[request.key] }
             let cause = error == .timedOut ? "not fetched within \(config.readTimeout) s" : failure?.cause ?? "\(error)"
-            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(request.range.lowerBound) to \(request.range.upperBound) failed: \(cause)")
-            throw error == .timedOut ? .io : failure?.errno ?? .io
+            let from = request.range.lowerBound + UInt64(within.lowerBound)
+            let to = request.range.lowerBound + UInt64(within.upperBound)
+            log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(from) to \(to) failed: \(cause)")
+            throw error == .timedOut ? .io : error
         }
+    }
+
+    /// The whole block, every byte in (the write side copies blocks out whole).
+    func block(_ request: BlockRequest) throws(Errno) -> CachedBlock {
+        try read(request, within: 0..<request.length, fetch: .wholeBlock)[0].block
+    }
+
+    /// The block once its first `prefix` bytes are in: from memory or the disk, else from the
+    /// fetch under way, else from a download this call starts on the fetch pool.
+    private func wholeBlock(_ request: BlockRequest, prefix: Int, deadline: Date) throws(Errno) -> CachedBlock {
+        while true {
+            let epoch = self.epoch(of: request.key.fileID)
+            let (fetch, claimed) = flights.joinOrClaim(FlightKey(block: request.key, epoch: epoch))
+            if claimed {
+                if let block = cached(request, computeDigests: false, epoch: epoch) {
+                    flights.finish(fetch, .success(block))
+                    return block
+                }
+                let submitted = fetchPool.submit { [self] in download([(request, fetch)], epoch: epoch, computeDigests: false) }
+                if !submitted { flights.finish(fetch, .failure(.io)) }
+            }
+            do throws(Errno) {
+                return try fetch.wait(forPrefix: prefix, until: deadline)
+            } catch where error == .again {
+                // We joined a read-ahead that gave this block up (`fetchSpan`): fetch it ourselves.
+                if let block = memory.get(request.key) { return block }
+            }
+        }
+    }
+
+    /// A random reader's bytes from fragments of the block: those in memory, those on their way,
+    /// and the rest downloaded now, on this thread (small: no hand-off), `around` bytes rounded
+    /// up to a power-of-two number of fragments, aligned, covering the read, in one request. nil
+    /// when the whole block should be read instead: it is on disk, or on its way and nearly at
+    /// these bytes, or `around` covers it.
+    ///
+    /// Fragments are served as any ranged HTTP read is, without a content-hash check: a 4 MiB
+    /// piece's digest needs the whole piece. The whole-file check concerns sequential readers,
+    /// which read whole blocks (docs/VFSCACHE.md, "Fragments").
+    private func fragments(of request: BlockRequest, within: Range<Int>, around: Int,
+                           deadline: Date) throws(Errno) -> [Slice]? {
+        let piece = fragmentBytes
+        guard piece > 0, request.length > piece else { return nil }
+        var group = piece
+        while group < around { group *= 2 }
+        guard group < request.length else { return nil }
+        let epoch = self.epoch(of: request.key.fileID)
+        // The whole block on disk beats a round trip; on its way, it does if its bytes are about
+        // to reach ours (it arrives in order: bytes near its end may be a long transfer away).
+        if disk?.contains(request.key) == true { return nil }
+        if let whole = flights.existing(FlightKey(block: request.key, epoch: epoch)), whole.filled + 2 * piece >= within.upperBound {
+            return nil
+        }
+        let first = within.lowerBound / piece, last = (within.upperBound - 1) / piece
+        let groupStart = within.lowerBound / group * group
+        let groupFirst = groupStart / piece
+        let groupLast = min((request.length - 1) / piece, max(last, (groupStart + group) / piece - 1))
+
+        var found: [Int: CachedBlock] = [:]
+        var fetches: [Int: Fetch] = [:]
+        var runs: [[(request: BlockRequest, fetch: Fetch)]] = [[]]
+        for part in groupFirst...groupLast {
+            let fragment = request.fragment(part, fragmentBytes: piece)
+            let needed = part >= first && part <= last
+            if needed, let block = memory.get(fragment.key) {
+                found[part] = block
+            } else if !needed, memory.contains(fragment.key) {
+                // Cached already: the run of fragments to download ends here.
+            } else {
+                let (fetch, claimed) = flights.joinOrClaim(FlightKey(block: fragment.key, epoch: epoch))
+                if needed { fetches[part] = fetch }
+                if claimed {
+                    runs[runs.count - 1].append((fragment, fetch))
+                    continue
+                }
+            }
+            if !runs[runs.count - 1].isEmpty { runs.append([]) }
+        }
+        let started = Date()
+        for run in runs where !run.isEmpty { download(run, epoch: epoch, computeDigests: false) }
+        if runs[0].count > 0, noteFragmentRoundTrip(Date().timeIntervalSince(started)) {
+            completeInBackground(request, epoch: epoch)
+        }
+
+        var slices: [Slice] = []
+        slices.reserveCapacity(last - first + 1)
+        for part in first...last {
+            let start = part * piece
+            let bytes = (max(within.lowerBound, start) - start)..<(min(within.upperBound, start + piece) - start)
+            let block: CachedBlock
+            if let cachedBlock = found[part] {
+                block = cachedBlock
+            } else if let fetch = fetches[part] {
+                block = try fetch.wait(forPrefix: bytes.upperBound, until: deadline)
+            } else {
+                throw .io   // not reached: every fragment needed was found or fetched
+            }
+            slices.append(Slice(block: block, bytes: bytes, isWholeBlock: false))
+        }
+        return slices
     }
 
     /// Starts fetching the blocks of one file in the background, skipping those cached or already
@@ -102,10 +238,44 @@ final class BlockStore: @unchecked Sendable {
 
     private func submitSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @escaping @Sendable (UInt64) -> Bool) {
         guard !requests.isEmpty else { return }
-        readAheadPool.submit { [self] in fetchSpan(requests, epoch: epoch, droppedByReader: droppedByReader) }
+        readAheadPool.submit { [self] in
+            fetchSpan(requests, epoch: epoch, computeDigests: usesPieceDigests, droppedByReader: droppedByReader)
+        }
     }
 
-    private typealias Claim = SingleFlight<FlightKey, CachedBlock>.Claim
+    /// After a random read's fragment took a long round trip, the rest of its block follows in
+    /// the background, on the read-ahead pool: later reads anywhere in the block then find it in
+    /// memory instead of paying a round trip each (random readers at 20 ms or across a WAN hit
+    /// the same blocks again and again), and the block goes to the disk cache. On a short round
+    /// trip a fragment costs little and a whole block would cost the bandwidth and CPU of 4 MiB,
+    /// so nothing follows. At most `2 × readAheadParallelism` blocks wait at once.
+    private func completeInBackground(_ request: BlockRequest, epoch: Int) {
+        guard completionsQueued.load(ordering: .relaxed) < 2 * max(1, config.readAheadParallelism),
+              !memory.contains(request.key), !flights.isRunning(FlightKey(block: request.key, epoch: epoch)) else { return }
+        completionsQueued.add(1, ordering: .relaxed)
+        let submitted = readAheadPool.submit { [self] in
+            completionsQueued.subtract(1, ordering: .relaxed)
+            fetchSpan([request], epoch: epoch, computeDigests: false, droppedByReader: { _ in false })
+        }
+        if !submitted { completionsQueued.subtract(1, ordering: .relaxed) }
+    }
+
+    /// Records how long a fragment download took and says whether round trips are long enough
+    /// for blocks to be completed in the background. The estimate is a slowly rising minimum (in
+    /// microseconds): a fetch is the round trip plus waiting for a busy CPU, and on a loaded
+    /// machine the wait alone passed 10 ms on loopback, where completing blocks cost four times
+    /// the random reads' speed (CPU, not the network, was short); the fastest recent fetches
+    /// show the round trip itself.
+    private func noteFragmentRoundTrip(_ seconds: Double) -> Bool {
+        let sample = Int(seconds * 1_000_000)
+        var current = fragmentRoundTrip.load(ordering: .relaxed)
+        while true {
+            let estimate = current == 0 || sample < current ? sample : current + (sample - current) / 32
+            let (exchanged, original) = fragmentRoundTrip.compareExchange(expected: current, desired: estimate, ordering: .relaxed)
+            if exchanged { return Double(estimate) / 1_000_000 >= config.completeBlocksAfterRoundTrip }
+            current = original
+        }
+    }
 
     /// Read-ahead's fetch: claims each block of the span that is still neither cached nor on its
     /// way, serves the ones the disk cache has, and downloads each run of the rest with one
@@ -117,50 +287,32 @@ final class BlockStore: @unchecked Sendable {
     /// they would be downloaded twice and stay in memory with no reader left to drop them. So a
     /// block the reader has dropped is given up (checked once claimed, so the reader cannot be
     /// fetching it at that moment; anyone who joined the claim meanwhile fetches it itself).
-    private func fetchSpan(_ requests: [BlockRequest], epoch: Int, droppedByReader: @Sendable (UInt64) -> Bool) {
+    private func fetchSpan(_ requests: [BlockRequest], epoch: Int, computeDigests: Bool, droppedByReader: @Sendable (UInt64) -> Bool) {
         // Read-ahead queued before a purge is dropped: its reader will ask again if it still cares.
         guard let fileID = requests.first?.key.fileID, isCurrent(epoch, of: fileID) else { return }
-        var run: [(request: BlockRequest, claim: Claim)] = []
+        var run: [(request: BlockRequest, fetch: Fetch)] = []
+        func downloadRun() {
+            download(run, epoch: epoch, computeDigests: computeDigests, droppedByReader: droppedByReader)
+            run = []
+        }
         for request in requests {
-            guard let claim = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
-                download(run, epoch: epoch, droppedByReader: droppedByReader)   // someone else has this one: the run ends here
-                run = []
+            guard let fetch = flights.claim(FlightKey(block: request.key, epoch: epoch)) else {
+                downloadRun()   // someone else has this one: the run ends here
                 continue
             }
             if droppedByReader(request.key.index) {
-                flights.finish(claim, .failure(.again))
-                download(run, epoch: epoch, droppedByReader: droppedByReader)
-                run = []
+                flights.finish(fetch, .failure(.again))
+                downloadRun()
                 continue
             }
-            guard let block = cached(request, computeDigests: usesPieceDigests, epoch: epoch) else {
-                run.append((request, claim))
+            guard let block = cached(request, computeDigests: computeDigests, epoch: epoch) else {
+                run.append((request, fetch))
                 continue
             }
-            flights.finish(claim, .success(block))
-            download(run, epoch: epoch, droppedByReader: droppedByReader)
-            run = []
+            flights.finish(fetch, .success(block))
+            downloadRun()
         }
-        download(run, epoch: epoch, droppedByReader: droppedByReader)
-    }
-
-    /// One ranged download for consecutive claimed blocks. Each block is cached and handed to
-    /// its waiting readers as soon as its last byte arrives; if the download breaks off, the
-    /// blocks not finished fail with the cause, as a single block's fetch would.
-    private func download(_ run: [(request: BlockRequest, claim: Claim)], epoch: Int, droppedByReader: (UInt64) -> Bool) {
-        var finished = 0
-        let cause = downloadBlocks(run.map(\.request), computeDigests: usesPieceDigests) { position, block in
-            let (request, claim) = run[position]
-            keepDownloaded(request.key, block, epoch: epoch)
-            // Kept first, checked after: a reader that dropped it meanwhile (it marks the block
-            // before it drops it) either dropped it after we kept it, or is seen here.
-            if droppedByReader(request.key.index) { memory.remove(request.key) }
-            flights.finish(claim, .success(block))
-            finished = position + 1
-        }
-        guard let cause, finished < run.count else { return }
-        recordFailure(of: run[finished...].map(\.request), cause)
-        for (_, claim) in run[finished...] { flights.finish(claim, .failure(.io)) }
+        downloadRun()
     }
 
     /// Keeps a verified revision whole in the disk cache (for FUSE passthrough), in the background,
@@ -188,6 +340,55 @@ final class BlockStore: @unchecked Sendable {
         if !submitted { _ = assembling.withLock { $0.remove(whole) } }
     }
 
+    /// A block of a pinned file, made sure to be on disk (PinnedFiles.swift): read from the disk
+    /// cache, or taken from memory or downloaded and written to disk here and now, not through the
+    /// best-effort writer that may skip it. Not put in memory: pinning a tree must not push out
+    /// what readers use. The block carries its piece digests for the content-hash check.
+    func pinBlock(_ request: BlockRequest) -> Result<CachedBlock, FetchFailure> {
+        guard let disk else { return .failure(FetchFailure(cause: "the mount has no disk cache", errno: .io)) }
+        if let storage = disk.read(request.key, length: request.length) {
+            return .success(CachedBlock(adopting: storage, computeDigests: usesPieceDigests))
+        }
+        let epoch = self.epoch(of: request.key.fileID)
+        var block = memory.get(request.key)
+        if block == nil {
+            switch downloadAlone(request) {
+            case .success(let fetched): block = fetched
+            case .failure(let cause): return .failure(cause)
+            }
+        }
+        guard let block else { return .failure(FetchFailure(cause: "the download gave no bytes", errno: .io)) }
+        // A purge of the file since we began: the block is of a revision no longer wanted.
+        guard isCurrent(epoch, of: request.key.fileID) else { return .failure(FetchFailure(cause: "the file changed meanwhile", errno: .again)) }
+        guard disk.write(request.key, block.buffer) else {
+            return .failure(FetchFailure(cause: "it could not be written to the disk cache (the log says why)", errno: .io))
+        }
+        if !isCurrent(epoch, of: request.key.fileID) {
+            disk.discard(request.key)
+            return .failure(FetchFailure(cause: "the file changed meanwhile", errno: .again))
+        }
+        return .success(block)
+    }
+
+    /// One block downloaded on its own, straight into its buffer, cached nowhere (the pin writes
+    /// it to disk itself), with its piece digests for the content-hash check.
+    private func downloadAlone(_ request: BlockRequest) -> Result<CachedBlock, FetchFailure> {
+        let block = CachedBlock(filling: CachedBlock.allocateStorage(byteCount: request.length))
+        do throws(RemoteError) {
+            // False (cancel) only for bytes beyond the block, which DropboxClient already cuts.
+            try remote.download(path: request.path, rev: request.key.rev, range: request.range) { chunk in
+                block.append(chunk) == chunk.count
+            }
+        } catch {
+            return .failure(FetchFailure(error))
+        }
+        guard block.isWhole else {
+            return .failure(FetchFailure(cause: "the server sent \(block.filled) of \(request.length) bytes", errno: .io))
+        }
+        if usesPieceDigests { block.computeDigests() }
+        return .success(block)
+    }
+
     /// Drops every cached block of one revision of a file (memory and disk). Fetches and disk
     /// writes of the file under way see the new epoch and keep nothing (`keepDownloaded`,
     /// `scheduleDiskWrite`), so this never waits for them: the disk writer can stay busy for as
@@ -201,26 +402,16 @@ final class BlockStore: @unchecked Sendable {
     /// Waits for background fetches and disk writes to finish (tests, shutdown).
     func waitUntilIdle() {
         readAheadPool.waitUntilIdle()
+        fetchPool.waitUntilIdle()
         diskWriter.waitUntilIdle()
         wholeFileWriter.waitUntilIdle()
     }
 
     func shutdown() {
         readAheadPool.stop()
+        fetchPool.stop()
         wholeFileWriter.stop(dropQueued: true)
         diskWriter.stop()
-    }
-
-    /// A reader's fetch: memory, else the disk cache, else one ranged download of the block.
-    private func load(_ request: BlockRequest, epoch: Int) throws(Errno) -> CachedBlock {
-        if let block = cached(request, computeDigests: false, epoch: epoch) { return block }
-        var fetched: CachedBlock?
-        if let cause = downloadBlocks([request], computeDigests: false, ready: { _, block in fetched = block }) {
-            recordFailure(of: [request], cause)
-        }
-        guard let block = fetched else { throw .io }
-        keepDownloaded(request.key, block, epoch: epoch)
-        return block
     }
 
     private static func slot(_ fileID: String) -> Int { Int(UInt(bitPattern: fileID.hashValue) % 256) }
@@ -236,6 +427,7 @@ final class BlockStore: @unchecked Sendable {
     private func cached(_ request: BlockRequest, computeDigests: Bool, epoch: Int) -> CachedBlock? {
         if let block = memory.get(request.key) { return block }
         guard let disk, let storage = disk.read(request.key, length: request.length) else { return nil }
+        config.observer?.blockHit(in: .disk)
         let block = CachedBlock(adopting: storage, computeDigests: computeDigests)
         keepInMemory(request.key, block, epoch: epoch)
         return block
@@ -261,58 +453,75 @@ final class BlockStore: @unchecked Sendable {
         return true
     }
 
-    /// Downloads consecutive blocks of one file with one ranged request, straight into each
-    /// block's buffer (the only copy on the way in), and hands each block to `ready` (with its
-    /// position in `requests`) as soon as its last byte has arrived. Returns nil if every block
-    /// was handed over, else why the rest were not.
-    private func downloadBlocks(_ requests: [BlockRequest], computeDigests: Bool,
-                                ready: (Int, CachedBlock) -> Void) -> FetchFailure? {
-        guard let first = requests.first, let last = requests.last else { return nil }
-        var storage = CachedBlock.allocateStorage(byteCount: first.length)
-        var filling = 0   // the block `storage` is for
-        var received = 0  // bytes of it so far
+    /// One ranged download for consecutive claimed blocks (or fragments) of one file, straight
+    /// into each block's buffer (the only copy on the way in). Each block is handed to its fetch
+    /// when the download reaches it, so readers take its bytes as they arrive; once whole it is
+    /// cached and its fetch finished. If the download breaks off, the blocks not finished fail
+    /// with the cause, as a single block's fetch would (a reader whose bytes had arrived keeps
+    /// them).
+    private func download(_ run: [(request: BlockRequest, fetch: Fetch)], epoch: Int, computeDigests: Bool,
+                          droppedByReader: (UInt64) -> Bool = { _ in false }) {
+        guard let first = run.first?.request, let last = run.last?.request else { return }
+        var position = 0            // the block being filled
+        var filling: CachedBlock?
         var failure: RemoteError?
         do throws(RemoteError) {
             try remote.download(path: first.path, rev: first.key.rev, range: first.range.lowerBound..<last.range.upperBound) { chunk in
                 var rest = chunk
                 while !rest.isEmpty {
                     // More bytes than asked for (DropboxClient already cuts a server's surplus).
-                    guard filling < requests.count else { return false }
-                    let count = min(rest.count, storage.count - received)
-                    UnsafeMutableRawBufferPointer(rebasing: storage[received..<(received + count)])
-                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: rest[..<count]))
-                    received += count
-                    rest = UnsafeRawBufferPointer(rebasing: rest[count...])
-                    guard received == storage.count else { continue }
-                    ready(filling, CachedBlock(adopting: storage, computeDigests: computeDigests))
-                    filling += 1
-                    received = 0
-                    storage = filling < requests.count
-                        ? CachedBlock.allocateStorage(byteCount: requests[filling].length)
-                        : UnsafeMutableRawBufferPointer(start: nil, count: 0)
+                    guard position < run.count else { return false }
+                    let (request, fetch) = run[position]
+                    let block: CachedBlock
+                    if let filling { block = filling } else {
+                        block = CachedBlock(filling: CachedBlock.allocateStorage(byteCount: request.length))
+                        filling = block
+                        fetch.begin(block)
+                    }
+                    rest = UnsafeRawBufferPointer(rebasing: rest[block.append(rest)...])
+                    fetch.progressed()
+                    guard block.isWhole else { continue }
+                    config.observer?.blockDownloaded()
+                    if computeDigests { block.computeDigests() }
+                    keepDownloaded(request.key, block, epoch: epoch)
+                    // Kept first, checked after: a reader that dropped it meanwhile (it marks the
+                    // block before it drops it) either dropped it after we kept it, or is seen here.
+                    if droppedByReader(request.key.index) { memory.remove(request.key) }
+                    flights.finish(fetch, .success(block))
+                    position += 1
+                    filling = nil
                 }
                 return true
             }
         } catch {
             failure = error
         }
-        guard filling < requests.count else { return nil }
-        CachedBlock.releaseStorage(storage)
-        if let failure { return FetchFailure(failure) }
-        let expected = Int(last.range.upperBound - first.range.lowerBound)
-        let got = Int(requests[filling].range.lowerBound - first.range.lowerBound) + received
-        return FetchFailure(cause: "the server sent \(got) of \(expected) bytes", errno: .io)
+        guard position < run.count else { return }
+        filling?.markBroken()
+        let cause: FetchFailure
+        if let failure {
+            cause = FetchFailure(failure)
+        } else {
+            let expected = Int(last.range.upperBound - first.range.lowerBound)
+            let got = Int(run[position].request.range.lowerBound - first.range.lowerBound) + (filling?.filled ?? 0)
+            cause = FetchFailure(cause: "the server sent \(got) of \(expected) bytes", errno: .io)
+        }
+        recordFailure(of: run[position...].map(\.request), cause)
+        for (_, fetch) in run[position...] { flights.finish(fetch, .failure(cause.errno)) }
     }
 
     /// Notes why these blocks could not be fetched, for every reader that shared the fetch
-    /// (`block(_:)` logs it for them; a read-ahead failure alone is only a debug line).
+    /// (`read` logs it for them; a read-ahead failure alone is only a debug line).
     private func recordFailure(of requests: [BlockRequest], _ failure: FetchFailure) {
         guard let first = requests.first, let last = requests.last else { return }
-        let blocks = first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index) to \(last.key.index)"
+        let blocks = !first.key.isWholeBlock
+            ? "bytes \(first.range.lowerBound) to \(last.range.upperBound)"
+            : first.key.index == last.key.index ? "block \(first.key.index)" : "blocks \(first.key.index) to \(last.key.index)"
         log.debug("download of \(first.path) \(blocks) failed: \(failure.cause)")
         failures.withLock { causes in
             if causes.count > 256 { causes.removeAll() }
-            for request in requests { causes[request.key] = failure }
+            // By block: a fragment's failure is the cause for a read of its block.
+            for request in requests { causes[request.key.wholeBlock] = failure }
         }
     }
 
@@ -323,7 +532,7 @@ final class BlockStore: @unchecked Sendable {
     /// only part of the file on disk; the memory cache and the kernel page cache still hold the
     /// recent part, and a later read fills the gaps.
     private func scheduleDiskWrite(_ key: BlockKey, _ block: CachedBlock, epoch: Int) {
-        guard let disk else { return }
+        guard let disk, key.isWholeBlock else { return }   // fragments stay in memory
         let size = block.count
         diskQueue.lock()
         guard pendingDiskBytes + size <= config.diskWriteQueueBytes || pendingDiskBytes == 0 else {
@@ -359,7 +568,7 @@ final class BlockStore: @unchecked Sendable {
 
 /// Why a block could not be fetched: words for the log line, and the errno the reader gets (EIO,
 /// except EACCES for content Dropbox refuses to serve).
-struct FetchFailure {
+struct FetchFailure: Error {
     let cause: String
     let errno: Errno
 

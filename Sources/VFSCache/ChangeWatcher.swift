@@ -50,6 +50,10 @@ public final class ChangeWatcher: Sendable {
         var started = false
         var stopping = false
         var statistics = Statistics()
+        /// The last moment the tree was known to be in step with Dropbox (`lag`).
+        var inStepAt: Date?
+        /// A long-poll on a current cursor is waiting: it answers as soon as anything changes.
+        var polling = false
     }
 
     private let vfs: VFS
@@ -80,6 +84,19 @@ public final class ChangeWatcher: Sendable {
     public var isOffline: Bool { offline.isOffline }
     public var statistics: Statistics { state.withLock { $0.statistics } }
 
+    /// How far behind Dropbox the mount's tree may be, in seconds: 0 while a long-poll waits on a
+    /// current cursor (Dropbox would answer it at once on a change), else the time since the tree
+    /// was last known to be in step (it grows while changes are read, and while offline). nil
+    /// before the watcher first reached Dropbox.
+    public func lag(at now: Date = Date()) -> Double? {
+        state.withLock { state in
+            guard let inStepAt = state.inStepAt else { return nil }
+            return state.polling ? 0 : max(0, now.timeIntervalSince(inStepAt))
+        }
+    }
+
+    private func noteInStep() { state.withLock { $0.inStepAt = Date() } }
+
     /// Loads the persisted tree into the cache, before the mount serves anything. Returns the
     /// number of entries loaded, nil when nothing usable was saved (an empty account saves a tree
     /// of 0 entries, which an offline start may serve).
@@ -108,7 +125,7 @@ public final class ChangeWatcher: Sendable {
         guard let cursor, needed else { return true }
         do throws(RemoteError) {
             try readChanges(from: cursor)
-            state.withLock { $0.needsCatchUp = false }
+            state.withLock { $0.needsCatchUp = false; $0.inStepAt = Date() }
             return true
         } catch {
             log.warning("cannot catch up with Dropbox's changes since the last mount yet (\(error)); serving the saved tree until it answers")
@@ -173,20 +190,30 @@ public final class ChangeWatcher: Sendable {
         if catchUp || offline.isOffline {
             try readChanges(from: cursor)
             state.withLock { $0.needsCatchUp = false }
+            noteInStep()
             setOnline()
             return
         }
         let answer: (changes: Bool, backoff: Int?)
+        state.withLock { $0.polling = true }
+        defer { state.withLock { $0.polling = false } }
         do throws(RemoteError) {
             answer = try remote.longpoll(cursor: cursor, timeout: options.longpollTimeout)
         } catch .cursorReset {
+            state.withLock { $0.polling = false }
             try relist()
+            noteInStep()
             setOnline()
             return
         }
+        // In step up to this answer: whatever it announces changed just now.
+        state.withLock { $0.polling = false; $0.inStepAt = Date() }
         if stopping { return }
         setOnline()
-        if answer.changes { try readChanges(from: cursor) }
+        if answer.changes {
+            try readChanges(from: cursor)
+            noteInStep()
+        }
         if let backoff = answer.backoff, backoff > 0 { sleep(Double(backoff)) }
     }
 
@@ -213,7 +240,7 @@ public final class ChangeWatcher: Sendable {
         } else {
             cursor = try remote.latestCursor(path: "", recursive: true)
         }
-        state.withLock { $0.cursor = cursor }
+        state.withLock { $0.cursor = cursor; $0.inStepAt = Date() }
         setOnline()
     }
 
@@ -251,6 +278,7 @@ public final class ChangeWatcher: Sendable {
             }
             if !changes.isEmpty {
                 log.debug("applied \(result.applied.count) of \(changes.count) remote changes, \(result.invalidations.count) kernel invalidations")
+                vfs.noteTreeChanged()
             }
             return true
         }
@@ -270,6 +298,7 @@ public final class ChangeWatcher: Sendable {
                 if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
                 state.withLock { $0.cursor = cursor; $0.statistics.invalidations += result.invalidations.count }
             }
+            vfs.noteTreeChanged()
             persistSnapshot(listing, cursor: cursor)
         } else {
             let cursor = try remote.latestCursor(path: "", recursive: true)

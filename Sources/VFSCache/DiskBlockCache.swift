@@ -19,15 +19,19 @@ import Glibc
 final class DiskBlockCache: @unchecked Sendable {
     // @unchecked: `index` is only touched with `lock` held.
     private let lock = NSLock()
-    private var index = LRUIndex<BlockKey>()
+    /// LRU order and sizes, with pinned files' blocks kept out of eviction (PinnedBlockIndex).
+    private var index: PinnedBlockIndex
     let root: URL
     let budget: Int64
     private let blockSize: Int
     private let log: Logger
+    private let observer: (any CacheObserver)?
 
-    init(directory: URL, blockSize: Int, budget: Int64, log: Logger) throws {
+    init(directory: URL, blockSize: Int, budget: Int64, log: Logger, observer: (any CacheObserver)? = nil) throws {
         root = directory.appendingPathComponent("blocks").appendingPathComponent(String(blockSize))
         self.budget = budget
+        index = PinnedBlockIndex(budget: budget)
+        self.observer = observer
         self.blockSize = blockSize
         self.log = log
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -167,19 +171,22 @@ final class DiskBlockCache: @unchecked Sendable {
     /// into the page cache first, and on a cold streaming read that copy was ~30% of all CPU time
     /// on this 2-core machine; with O_DIRECT the device reads the block's own memory and the
     /// thread just waits. File systems that refuse O_DIRECT (EINVAL) get a buffered write.
-    func write(_ key: BlockKey, _ bytes: UnsafeRawBufferPointer) {
-        guard Int64(bytes.count) <= budget else { return }
+    /// Returns whether the block is on disk now.
+    @discardableResult
+    func write(_ key: BlockKey, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard Int64(bytes.count) <= budget else { return false }
         if let hook = beforeWrite.withLock({ $0 }) { hook() }
         let target = url(for: key)
         if let reason = createAtomically(target, { Self.writeFile($0, bytes) }) {
             log.warning("disk cache: cannot write \(target.path): \(reason)")
-            return
+            return false
         }
         lock.lock()
         index.insert(key, size: bytes.count)
         let victims = evictLocked()
         lock.unlock()
         remove(victims)
+        return !victims.contains(key)
     }
 
     /// Linux's O_DIRECT (x86_64 and aarch64 values); Glibc does not export it to Swift.
@@ -348,6 +355,20 @@ final class DiskBlockCache: @unchecked Sendable {
         }
     }
 
+    /// Makes these files' blocks (every revision) unevictable, and only these (PinnedFiles).
+    func setPinned(_ fileIDs: Set<String>) {
+        lock.lock()
+        let victims = index.setPinned(fileIDs)
+        lock.unlock()
+        remove(victims)
+    }
+
+    /// Bytes on disk of pinned files.
+    var pinnedBytes: Int64 {
+        lock.lock(); defer { lock.unlock() }
+        return Int64(index.pinnedSize)
+    }
+
     var usage: (bytes: Int64, blocks: Int) {
         lock.lock(); defer { lock.unlock() }
         return (Int64(index.totalSize), index.count)
@@ -358,8 +379,8 @@ final class DiskBlockCache: @unchecked Sendable {
     }
 
     private func evictLocked() -> [BlockKey] {
-        var victims: [BlockKey] = []
-        while Int64(index.totalSize) > budget, let victim = index.popOldest() { victims.append(victim.key) }
+        let victims = index.evict()
+        if !victims.isEmpty { observer?.blocksEvicted(victims.count, from: .disk) }
         return victims
     }
 

@@ -34,6 +34,21 @@ struct LRUIndex<Key: Hashable> {
         linkAsNewest(entry)
     }
 
+    /// Every key, in no particular order (O(n): for rare bulk moves such as pinning).
+    var keys: [Key] { Array(entries.keys) }
+
+    /// Adds the key as the least recent, so it is the first to go (a block just unpinned).
+    mutating func insertAsOldest(_ key: Key, size: Int) {
+        remove(key)
+        let entry = Entry(key: key, size: size)
+        entries[key] = entry
+        totalSize += size
+        entry.newer = oldest
+        oldest?.older = entry
+        oldest = entry
+        if newest == nil { newest = entry }
+    }
+
     /// Marks the key as just used; false if absent.
     @discardableResult
     mutating func touch(_ key: Key) -> Bool {

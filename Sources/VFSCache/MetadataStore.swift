@@ -15,6 +15,9 @@
 /// The mount's own operations never write here: they reach the store through the feed, like
 /// anyone else's. What is still uploading lives in the upload journal, not here.
 ///
+/// The paths pinned with `dbxfs pin` live here too (table `pins`, PinnedFiles.swift): they are the
+/// user's choice, not Dropbox's tree, so a schema change or a forgotten tree keeps them.
+///
 /// Durability: `synchronous=NORMAL` in WAL mode. A crash may lose the last batches, never
 /// consistency; the feed from the older saved cursor brings them back.
 import Foundation
@@ -49,7 +52,23 @@ public final class MetadataStore: Sendable {
                 modified REAL NOT NULL DEFAULT 0,
                 flags INTEGER NOT NULL DEFAULT 0
             ) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS pins (path_lower TEXT PRIMARY KEY, path_display TEXT NOT NULL) WITHOUT ROWID;
             """)
+    }
+
+    // MARK: Pins
+
+    /// The pinned paths (relative to the mount root, as the user's pin spelled them), in order.
+    public func pinnedPaths() throws(SQLiteError) -> [String] {
+        try database.query("SELECT path_display FROM pins ORDER BY path_lower").compactMap { $0.text("path_display") }
+    }
+
+    public func savePin(_ path: String) throws(SQLiteError) {
+        try database.run("INSERT OR REPLACE INTO pins (path_lower, path_display) VALUES (?, ?)", [path.lowercased(), path])
+    }
+
+    public func deletePin(_ path: String) throws(SQLiteError) {
+        try database.run("DELETE FROM pins WHERE path_lower = ?", [path.lowercased()])
     }
 
     public func close() { database.close() }

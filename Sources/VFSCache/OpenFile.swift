@@ -36,16 +36,28 @@ final class OpenFile: @unchecked Sendable {
         }
     }
 
-    /// The byte range to fetch ahead after this read, where a sequential read was expected when
-    /// this one is a seek (nil otherwise), and whether the handle is streaming (reading ahead).
-    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy)
-        -> (ahead: Range<UInt64>?, seekFrom: UInt64?, streaming: Bool) {
+    /// What a read tells about the handle's access pattern, and what to fetch for it.
+    struct Observation {
+        /// The byte range to fetch ahead after this read.
+        var ahead: Range<UInt64>?
+        /// Where a sequential read was expected, when this one is a seek.
+        var seekFrom: UInt64?
+        /// Whether the handle is streaming (reading ahead).
+        var streaming: Bool
+        /// Bytes read sequentially since the last seek, this read included.
+        var sequentialBytes: UInt64
+        /// Whether the content-hash check would take this read (it needs whole blocks).
+        var checking: Bool
+    }
+
+    func observe(offset: UInt64, length: Int, policy: ReadAhead.Policy) -> Observation {
         lock.lock(); defer { lock.unlock() }
         let expected = readAhead.expectedOffset
         let ahead = readAhead.observe(offset: offset, length: length, policy: policy)
         // A seek starts a new run: what the old run dropped may be wanted again.
         if readAhead.lastWasSeek { droppedBelow.store(0, ordering: .sequentiallyConsistent) }
-        return (ahead, readAhead.lastWasSeek ? expected : nil, readAhead.window > 0)
+        return Observation(ahead: ahead, seekFrom: readAhead.lastWasSeek ? expected : nil, streaming: readAhead.window > 0,
+                           sequentialBytes: readAhead.sequentialBytes, checking: verifier?.accepts(offset: offset) ?? false)
     }
 
     /// The streaming reader is done with every block below `index` (drop-behind). Recorded
@@ -64,13 +76,13 @@ final class OpenFile: @unchecked Sendable {
 
     /// Feeds returned bytes to the content-hash check and returns its outcome (nil once the
     /// handle no longer checks). After a mismatch the check restarts, so a re-read is checked again.
-    func verify(offset: UInt64, _ pieces: [UnsafeRawBufferPointer], pieceDigest: (UInt64) -> [UInt8]?) -> ContentVerifier.Outcome? {
+    func verify(offset: UInt64, _ pieces: [UnsafeRawBufferPointer], pieceSource: (UInt64) -> PieceSource?) -> ContentVerifier.Outcome? {
         lock.lock(); defer { lock.unlock() }
         guard verifier != nil else { return nil }
         var outcome = ContentVerifier.Outcome.pending
         var at = offset
         for piece in pieces {
-            outcome = verifier!.feed(offset: at, piece, pieceDigest: pieceDigest)
+            outcome = verifier!.feed(offset: at, piece, pieceSource: pieceSource)
             at += UInt64(piece.count)
         }
         switch outcome {

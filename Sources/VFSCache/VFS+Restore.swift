@@ -38,6 +38,9 @@ extension VFS {
     public func restoreRevision(at path: String, replacing: Bool, _ restore: () throws(RemoteError) -> RemoteEntry)
         throws(RevisionRestoreRefusal) -> (entry: RemoteEntry, invalidations: [KernelInvalidation]) {
         guard let writeBack else { throw .readOnly }
+        // Commits the engine has made reach the tree first (their events wait on the engine's
+        // queue): a file `dbxfs sync` just reported on Dropbox is no longer "local changes" here.
+        writeBack.deliverPendingEvents()
         let node: Node?
         do throws(Errno) { node = try listedNode(at: path) } catch { throw .local(error) }
         if replacing {
@@ -82,6 +85,7 @@ extension VFS {
         }
         changed = [path]
         for revision in stale { blocks.purge(fileID: revision.fileID, rev: revision.rev) }
+        noteTreeChanged()   // a pinned file's restored revision is fetched for offline use
         if let restoredIno, let file = localFiles.existing(restoredIno) {
             // Bytes kept from an earlier write are the old version's: a later write starts from
             // the restored revision instead.
@@ -92,7 +96,7 @@ extension VFS {
 
     /// The node at `path` (relative to the mount root), listing the folders on the way as a
     /// lookup would; nil when a component is absent.
-    private func listedNode(at path: String) throws(Errno) -> Node? {
+    func listedNode(at path: String) throws(Errno) -> Node? {
         var node = metadata.node(rootInode)
         for component in path.split(separator: "/") {
             guard let folder = node, folder.isDirectory else { return nil }

@@ -6,7 +6,7 @@
 ///
 /// Lock order (a lock may only be taken while holding locks above it; none is held across a
 /// remote call or disk I/O):
-///   1. `VFS.handles` (handle tables)      4. `SingleFlight` locks (flight maps, then one flight)
+///   1. `VFS.handles` (handle tables)      4. `SingleFlight`, `BlockFlights` locks (flight maps, then one flight)
 ///   2. `OpenFile.lock` (one handle)       5. `MemoryBlockCache.lock`, `DiskBlockCache.lock`
 ///   3. `MetadataCache.lock` (the tree)    6. `WorkerPool` conditions, `SpaceUsageCache.lock`
 /// In practice each is taken alone: the code copies what it needs out and releases the lock
@@ -35,6 +35,10 @@ public final class VFS: FilesystemOperations, Sendable {
     let refreshes = DispatchQueue(label: "dbxfs.namespace-refresh")
     /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
     let sharedLinks: SharedLinks
+
+    /// Told after the change feed changed the tree (PinnedFiles fetches new revisions of pinned
+    /// files), on the feed's thread: an observer only takes note and returns.
+    private let treeObservers = Mutex<[@Sendable () -> Void]>([])
 
     /// An open directory: the listing snapshot readdir pages through by offset.
     private struct DirectorySnapshot: Sendable {
@@ -95,7 +99,8 @@ public final class VFS: FilesystemOperations, Sendable {
         var disk: DiskBlockCache?
         if let directory = config.cacheDirectory, config.diskCacheBytes > 0 {
             do {
-                disk = try DiskBlockCache(directory: directory, blockSize: config.blockSize, budget: config.diskCacheBytes, log: logger)
+                disk = try DiskBlockCache(directory: directory, blockSize: config.blockSize, budget: config.diskCacheBytes, log: logger,
+                                          observer: config.observer)
             } catch {
                 throw SetupError(description: "cannot use cache directory \(directory.path): \(error.localizedDescription)")
             }
@@ -114,6 +119,15 @@ public final class VFS: FilesystemOperations, Sendable {
     public func shutdown() {
         blocks.waitUntilIdle()
         blocks.shutdown()
+    }
+
+    /// Adds an observer of the change feed's changes to the tree.
+    public func observeTreeChanges(_ observer: @escaping @Sendable () -> Void) {
+        treeObservers.withLock { $0.append(observer) }
+    }
+
+    func noteTreeChanged() {
+        for observer in treeObservers.withLock({ $0 }) { observer() }
     }
 
     /// Cache use against budgets, for `dbxfs status`.
@@ -325,34 +339,40 @@ public final class VFS: FilesystemOperations, Sendable {
             }
         }
 
-        var blocksRead: [CachedBlock] = []
-        blocksRead.reserveCapacity(Int(lastBlock - firstBlock + 1))
+        // What to fetch for bytes not cached: whole blocks for a sequential reader (read-ahead and
+        // the content-hash check work in blocks; a straggler behind the stream is one of its
+        // reads), fragments around the read for a random one, more the longer it stays sequential.
+        let wholeBlocks = observed.streaming || (observed.checking && (observed.seekFrom.map { offset < $0 } ?? true))
+        let fetch: BlockStore.FetchSize = wholeBlocks ? .wholeBlock : .around(Int(min(observed.sequentialBytes, blockSize)))
+        var slices: [BlockStore.Slice] = []
+        var wholeBlocksRead: [CachedBlock?] = []   // by block, from firstBlock; nil: read from fragments
+        slices.reserveCapacity(Int(lastBlock - firstBlock + 1))
         for index in firstBlock...lastBlock {
-            blocksRead.append(try blocks.block(file.blockRequest(index, blockSize: config.blockSize)))
+            let blockStart = index * blockSize
+            let within = Int(max(offset, blockStart) - blockStart)..<Int(min(end, blockStart + blockSize) - blockStart)
+            let read = try blocks.read(file.blockRequest(index, blockSize: config.blockSize), within: within, fetch: fetch)
+            wholeBlocksRead.append(read.count == 1 && read[0].isWholeBlock ? read[0].block : nil)
+            slices += read
         }
-        // The requested range within each block (the blocks stay alive in `blocksRead`).
+        // The requested bytes of each block or fragment (they stay alive in `slices`).
         var pieces: [UnsafeRawBufferPointer] = []
-        pieces.reserveCapacity(blocksRead.count)
-        for (number, block) in blocksRead.enumerated() {
-            let blockStart = (firstBlock + UInt64(number)) * blockSize
-            let from = Int(max(offset, blockStart) - blockStart)
-            let to = Int(min(end, blockStart + blockSize) - blockStart)
-            guard to <= block.count else {
-                logger.error("read of \(file.path): block \(firstBlock + UInt64(number)) is short (\(block.count) bytes)")
+        pieces.reserveCapacity(slices.count)
+        for slice in slices {
+            guard slice.bytes.upperBound <= slice.block.filled else {
+                logger.error("read of \(file.path): a block is short (\(slice.block.filled) bytes)")
                 throw .io
             }
-            pieces.append(UnsafeRawBufferPointer(rebasing: block.buffer[from..<to]))
+            pieces.append(UnsafeRawBufferPointer(rebasing: slice.block.buffer[slice.bytes]))
         }
 
-        // The 4 MiB content-hash pieces' digests, when the blocks of this read carry them.
-        let pieceDigest = { (piece: UInt64) -> [UInt8]? in
+        // Where each 4 MiB content-hash piece's digest comes from: the whole block holding it.
+        let pieceSource = { (piece: UInt64) -> PieceSource? in
             let start = piece * UInt64(DropboxContentHasher.blockSize)
             let index = start / blockSize
-            guard index >= firstBlock, index <= lastBlock else { return nil }
-            let slot = Int((start - index * blockSize) / UInt64(DropboxContentHasher.blockSize))
-            return blocksRead[Int(index - firstBlock)].pieceDigest(slot)
+            guard index >= firstBlock, index <= lastBlock, let block = wholeBlocksRead[Int(index - firstBlock)] else { return nil }
+            return PieceSource(block: block, slot: Int((start - index * blockSize) / UInt64(DropboxContentHasher.blockSize)))
         }
-        switch file.verify(offset: offset, pieces, pieceDigest: pieceDigest) {
+        switch file.verify(offset: offset, pieces, pieceSource: pieceSource) {
         case .matched:
             logger.debug("read of \(file.path) (rev \(file.rev)): content hash verified")
             if config.keepWholeFiles { blocks.keepWholeFile(fileID: file.fileID, rev: file.rev, size: file.size, path: file.path) }
@@ -366,7 +386,7 @@ public final class VFS: FilesystemOperations, Sendable {
         case .pending, nil:
             break
         }
-        return withExtendedLifetime(blocksRead) { body(pieces) }
+        return withExtendedLifetime(slices) { body(pieces) }
     }
 
     public func write(_ ino: InodeNumber, handle: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {

@@ -60,6 +60,14 @@ public struct VFSConfig: Sendable {
     public var readAheadSpanBlocks: Int = 4
     /// Sequential bytes a handle must read before read-ahead starts (a read at offset 0 counts).
     public var prefetchThreshold: Int = 256 << 10
+    /// What a random read fetches: aligned fragments of this many bytes (more of them at once the
+    /// longer the reader stays sequential) instead of the whole block. Must divide `blockSize`;
+    /// 0, or `blockSize` or more, fetches whole blocks only.
+    public var fragmentBytes: Int = 128 << 10
+    /// Round trip (seconds, the fastest recent fragment downloads) above which a random read's
+    /// block is also fetched whole in the background, so later reads in it cost no round trip.
+    /// 0: always; `.infinity`: never.
+    public var completeBlocksAfterRoundTrip: Double = 0.010
     /// Check whole-file sequential reads against Dropbox's content_hash.
     public var verifyContentHash: Bool = true
     /// Longest a read waits for a block another thread is fetching, before EIO. The remote
@@ -81,6 +89,9 @@ public struct VFSConfig: Sendable {
     public var maxMoveEntries: Int = 10_000
 
     // MARK: Misc
+
+    /// Told of cache hits, downloads and evictions (CacheObserver.swift); nil: nobody.
+    public var observer: (any CacheObserver)?
 
     /// Seconds a space-usage answer is reused for statfs.
     public var statfsTTL: Double = 60

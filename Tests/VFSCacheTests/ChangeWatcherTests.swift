@@ -259,6 +259,31 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(a) == Array("a".utf8))
     }
 
+    /// The metrics' `dbxfs_change_feed_lag_seconds`: unknown before the feed first reaches
+    /// Dropbox, small once it is in step, growing while Dropbox cannot be reached (a failed round
+    /// leaves the last moment in step where it was), back once a round succeeds again.
+    @Test func lagGrowsWhileOfflineAndResetsWhenInStep() throws {
+        let base = seeded()
+        let remote = SwitchableRemote(base)
+        let vfs = try makeVFS(remote)
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil)
+        #expect(watcher.lag() == nil)
+        try watcher.step()   // connect
+        let connected = Date()
+        #expect(try #require(watcher.lag(at: connected)) < 5)
+
+        remote.down.store(true, ordering: .relaxed)
+        #expect(throws: RemoteError.self) { try watcher.step() }
+        #expect(try #require(watcher.lag(at: connected.addingTimeInterval(100))) >= 100)
+
+        remote.down.store(false, ordering: .relaxed)
+        base.externalWrite("/new.txt", "n")   // the long-poll answers at once
+        try watcher.step()
+        let now = Date()
+        #expect(try #require(watcher.lag(at: now)) < 5)
+        #expect(try #require(watcher.lag(at: now.addingTimeInterval(100))) >= 100)   // not polling: it grows
+    }
+
     @Test func theThreadStopsPromptly() throws {
         let remote = seeded()
         let vfs = try makeVFS(remote)

@@ -18,7 +18,7 @@ import Testing
             result = slice.withUnsafeBytes { bytes in
                 verifier.feed(offset: UInt64(offset), bytes) { index in
                     let start = Int(index) * piece
-                    return sha256(data[start..<min(data.count, start + piece)])
+                    return PieceSource(block: CachedBlock(copying: Array(data[start..<min(data.count, start + piece)])), slot: 0)
                 }
             }
         }
@@ -52,8 +52,9 @@ import Testing
         // So is a read far beyond the covered prefix.
         var far = ContentVerifier(expected: hash, size: 1 << 40, usesPieceDigests: true)
         let zeros = [UInt8](repeating: 0, count: 10)
-        _ = zeros.withUnsafeBytes { far.feed(offset: 0, $0) { _ in [0] } }
-        let jumped = zeros.withUnsafeBytes { far.feed(offset: ContentVerifier.reorderWindow + 11, $0) { _ in [0] } }
+        let source = PieceSource(block: CachedBlock(copying: [0]), slot: 0)
+        _ = zeros.withUnsafeBytes { far.feed(offset: 0, $0) { _ in source } }
+        let jumped = zeros.withUnsafeBytes { far.feed(offset: ContentVerifier.reorderWindow + 11, $0) { _ in source } }
         #expect(jumped == .abandoned)
         // The streaming mode (block sizes that are not multiples of 4 MiB) needs order.
         var streaming = ContentVerifier(expected: hash, size: UInt64(data.count), usesPieceDigests: false)

@@ -73,6 +73,27 @@ import Testing
         #expect(cache.usage.bytes == 0)
     }
 
+    /// Fragments share the LRU and budget with blocks; a block that arrives drops its fragments
+    /// (same bytes), and a purge drops both.
+    @Test func aBlockThatArrivesDropsItsFragmentsFromMemory() {
+        let cache = MemoryBlockCache(budget: 1000)
+        let block = BlockKey(fileID: "id:a", rev: "r1", index: 3)
+        let other = BlockKey(fileID: "id:a", rev: "r1", index: 4)
+        for part in 0..<3 { cache.put(block.fragment(part), CachedBlock(copying: [UInt8](repeating: 1, count: 100))) }
+        cache.put(other.fragment(0), CachedBlock(copying: [UInt8](repeating: 2, count: 100)))
+        #expect(cache.usage.blocks == 4)
+        cache.put(block, CachedBlock(copying: [UInt8](repeating: 1, count: 300)))
+        #expect(cache.usage.blocks == 2 && cache.usage.bytes == 400)
+        #expect((0..<3).allSatisfy { !cache.contains(block.fragment($0)) })
+        #expect(cache.contains(other.fragment(0)))
+        // A block still arriving is never cached.
+        let arriving = CachedBlock(filling: CachedBlock.allocateStorage(byteCount: 100))
+        cache.put(other, arriving)
+        #expect(!cache.contains(other))
+        cache.purge(fileID: "id:a", rev: "r1")
+        #expect(cache.usage.blocks == 0 && cache.usage.bytes == 0)
+    }
+
     @Test func readingMoreThanTheMemoryBudgetStaysWithinIt() throws {
         let remote = InMemoryRemote()
         let data = testBytes(2 << 20)
@@ -539,6 +560,7 @@ import Testing
         let handle = try vfs.open(file, flags: .read).handle
         _ = try vfs.read(file, handle: handle, offset: UInt64(2 * blockSize + 10), size: 100)
         vfs.release(file, handle: handle)
+        vfs.waitUntilIdle()   // the read returns once its bytes are in, maybe before the block is cached
         #expect(vfs.blocks.memory.get(key(2))?.hasDigests == false)
         // A sequential reader: read-ahead hashes block 1 as it fetches it; the check completes.
         #expect(try vfs.readAll(file, chunk: 1 << 20) == remote.content("/big"))

@@ -79,6 +79,30 @@ import Testing
         #expect(try w.vfs.readAll(ino) == Array("v1".utf8))
     }
 
+    /// `dbxfs sync` then `dbxfs restore`: once sync says the file is on Dropbox, the restore goes
+    /// ahead, even while the commit's event has not reached the tree yet (the engine delivers it on
+    /// its own queue; here that queue is held up as a loaded machine would).
+    @Test func aRestoreRightAfterSyncWaitsForTheCommitToReachTheTree() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.txt", "v1")
+        remote.externalWrite("/f.txt", "v2")
+        let w = try Writable(remote)
+        let engine = try #require(w.vfs.writeBack)
+        let ino = try w.vfs.resolve("/f.txt")
+        let writer = try w.vfs.open(ino, flags: [.write, .append])
+        _ = try Array("+".utf8).withUnsafeBytes { (bytes) throws(Errno) in try w.vfs.write(ino, handle: writer.handle, offset: 0, data: bytes) }
+        let held = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { _ = held.wait(timeout: .now() + 30) }
+        try w.vfs.flush(ino, handle: writer.handle)
+        w.vfs.release(ino, handle: writer.handle)
+        w.sync()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { held.signal() }
+        _ = try w.vfs.restoreRevision(at: "/f.txt", replacing: true) { () throws(RemoteError) -> RemoteEntry in
+            remote.externalWrite("/f.txt", Array("v1".utf8))
+        }
+        #expect(try w.vfs.readAll(ino) == Array("v1".utf8))
+    }
+
     @Test func undeleteShowsTheFileAndItsFolderAndRefusesWhatExists() throws {
         let remote = InMemoryRemote()
         remote.externalWrite("/keep.txt", "k")

@@ -90,6 +90,9 @@ def test_a_detached_mount_prints_nothing_and_logs_everything(cli, emulator, moun
     env = {"DBXFS_ACCESS_TOKEN": STATIC_TOKEN}
     first = Mount(cli, mountpoint, args, env=env).start()
     try:
+        # The create looks its name up in the root: list it before every request fails (under
+        # load the mount's own first listing may not be done yet, and the create was EIO).
+        os.listdir(mountpoint)
         emulator.config(fail_rate=1.0)
         (mountpoint / "left-behind.txt").write_text("left behind\n")
         first.proc.kill()

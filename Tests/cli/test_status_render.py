@@ -263,3 +263,34 @@ def test_json_prints_empty_lists_as_brackets(cli):
             '"pending" : [\n', "")
     finally:
         fake.close()
+
+
+def test_pinned_files_are_counted_with_a_progress_bar_while_they_download(cli):
+    pins = {"paths": 2, "disk_bytes": 25 * MiB,
+            "counts": {"files": 12, "bytes": 100 * MiB, "current": 9, "fetching": 2, "failed": 1, "bytes_fetched": 25 * MiB}}
+    fake = FakeDaemon(cli.runtime / "dbxfs", dict(REPORT, pins=pins))
+    try:
+        out = cli.run("status").stdout
+        print(out)
+        assert ("pinned      12 files, 100.0 MiB in 2 pins: 9 available offline, 2 downloading, "
+                "1 failed (dbxfs pin --list says why)") in out
+        assert "    [#####---------------]  25%  25.0 MiB / 100.0 MiB" in out
+        assert json.loads(cli.run("status", "--json").stdout)["mounts"][0]["pins"] == pins
+    finally:
+        fake.close()
+    # All downloaded: no bar; nothing pinned (no "pins" in the report): no line.
+    done = {"paths": 1, "disk_bytes": 100 * MiB,
+            "counts": {"files": 12, "bytes": 100 * MiB, "current": 12, "fetching": 0, "failed": 0, "bytes_fetched": 100 * MiB}}
+    for report, expected in ((dict(REPORT, pins=done), "pinned      12 files, 100.0 MiB in 1 pin: 12 available offline"),
+                             (REPORT, None)):
+        fake = FakeDaemon(cli.runtime / "dbxfs", report)
+        try:
+            out = cli.run("status").stdout
+            if expected:
+                lines = out.splitlines()
+                at = lines.index("  " + expected)
+                assert not lines[at + 1].strip().startswith("["), out
+            else:
+                assert "pinned" not in out, out
+        finally:
+            fake.close()

@@ -24,6 +24,7 @@ extension WriteBackEngine {
             if recentErrors.count > 50 { recentErrors.removeFirst(recentErrors.count - 50) }
         }
         dirty.writing = false
+        if dirty.closedSince == nil { dirty.closedSince = now }
         dirty.closeFailure = error
         dirty.closeModified = clientModified
         dirty.failedAt = now

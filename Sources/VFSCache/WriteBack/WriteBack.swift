@@ -236,6 +236,7 @@ public final class WriteBackEngine: @unchecked Sendable {
         generationCounter = generation
         dirty.record = record
         dirty.writing = false
+        if dirty.closedSince == nil { dirty.closedSince = Date() }
         dirty.notBefore = .distantPast
         dirty.hardError = nil
         dirty.closeFailure = nil
@@ -382,11 +383,13 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// A close that could not be journaled counts as left, failed. With `retryingHeld` (sync),
     /// files held after a hard failure are tried again at once instead of at their slow retry, and
     /// count as failed only once that attempt failed: freeing space and syncing is enough.
-    /// Returns once the facade got the events of what was done (the tree shows the commits and
-    /// settled operations), so whatever comes after a sync sees them (`dbxfs restore`).
+    /// When everything is committed, the commit events have also reached the facade (the tree
+    /// shows the new revs), so what follows a sync, such as a restore, sees the files as on
+    /// Dropbox and not as still having local changes.
     public func waitForAll(deadline: Date, retryingHeld: Bool = false) -> [PendingUpload] {
         let left = waitForAllLocked(deadline: deadline, retryingHeld: retryingHeld)
-        deliverPendingEvents()
+        // Each commit's event was queued under the lock before its commit could be seen here.
+        if left.isEmpty { deliverPendingEvents() }
         return left
     }
 
@@ -492,6 +495,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                                                   startedAt: active.startedAt, bytesPerSecond: Double(done) / elapsed))
             }
         }
+        let oldest = files.values.lazy.filter { $0.record != nil || $0.closeFailure != nil }.compactMap(\.closedSince).min()
         let errors = recentErrors
         let isOffline = offline
         let paused = pausedUntil > now ? pausedUntil : nil
@@ -502,6 +506,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                                      transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
                                      conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
         status.pausedUntil = paused
+        status.oldestPendingSince = oldest
         return status
     }
 
@@ -720,6 +725,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             }
             let dirty = DirtyFile(path: record.path, file: file, base: record.base)
             dirty.writing = false
+            dirty.closedSince = Date()   // the journal keeps no time: pending since this start, at least
             dirty.record = record
             dirty.verifyContent = true
             files[record.pathKey] = dirty
@@ -825,6 +831,9 @@ final class DirtyFile {
     var streaming: StreamingUpload?
     /// Digests of the blocks final while the file was written (PrefixHash.swift).
     var prefixHash: PrefixHash?
+    /// When a close first left bytes not on Dropbox yet (the age of the oldest pending upload, for
+    /// the metrics); nil while the file was never closed.
+    var closedSince: Date?
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

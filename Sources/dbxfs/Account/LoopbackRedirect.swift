@@ -16,29 +16,11 @@ final class LoopbackRedirect {
 
     /// Binds 127.0.0.1:`port` (0 picks a free port).
     init(port: UInt16) throws(Failure) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "cannot open a socket: \(String(cString: strerror(errno)))") }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        do throws(TCPListener.Failure) {
+            (fd, self.port) = try TCPListener.open(host: "127.0.0.1", port: port, ipv6: false, backlog: 4)
+        } catch {
+            throw Failure(description: error.description)
         }
-        guard bound == 0, listen(fd, 4) == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(fd)
-            throw Failure(description: "cannot listen on 127.0.0.1:\(port): \(reason)")
-        }
-        var actual = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &actual) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        self.fd = fd
-        self.port = UInt16(bigEndian: actual.sin_port)
     }
 
     deinit { close(fd) }

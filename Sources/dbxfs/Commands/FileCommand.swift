@@ -1,4 +1,4 @@
-/// What the file commands (history, cat, restore, undelete, trash, share) share on the client
+/// What the file commands (history, cat, restore, undelete, trash, share, pin, unpin) share on the client
 /// side: their options, finding the mount a path is on (Control/MountPath), asking its daemon,
 /// and the exit statuses of docs/CLI.md: 0 done, 1 the operation failed (the daemon's sentence),
 /// 2 bad usage, 3 the path is not on a dbxfs mount.
@@ -19,6 +19,10 @@ enum FileCommand {
         var limit: Int?
         var expires: Date?
         var password: String?
+        /// pin: list the pins instead.
+        var list = false
+        /// pin: wait until the pinned files are on disk.
+        var wait = false
     }
 
     /// Parses the options in `accepts` (besides --help) and up to `maxPaths` paths; prints the
@@ -41,6 +45,8 @@ enum FileCommand {
                     guard accepts.contains(name) else { throw scanner.unknown(name) }
                     switch name {
                     case "--json": try scanner.flagTakesNoValue(name, inline); parsed.json = true
+                    case "--list": try scanner.flagTakesNoValue(name, inline); parsed.list = true
+                    case "--wait": try scanner.flagTakesNoValue(name, inline); parsed.wait = true
                     case "--rev":
                         let rev = try scanner.value(for: name, inline: inline)
                         guard DropboxClient.isWellFormedRev(rev) else {

@@ -55,20 +55,33 @@ enum MountCommand {
         // for the log file. In the foreground they go to stderr as they come.
         let startupLog = reporter.map { _ in StartupLog() }
         let logger = Logger(level: LogLevel(name: options.logLevel) ?? .info, sink: startupLog?.sink ?? timestampedStandardErrorSink)
+        // Kept unless --no-metrics (for `dbxfs status --prometheus`); served over HTTP with --metrics,
+        // bound before anything else starts, so a port in use refuses the mount.
+        let metrics = options.keepMetrics ? MountMetrics() : nil
+        var endpoint: MetricsEndpoint?
+        if let address = options.metricsAddress, let metrics {
+            do { endpoint = try MetricsEndpoint(address: address, render: { metrics.render() }) } catch {
+                return fail(error.description)
+            }
+        }
         let backend: MountBackend
         do {
-            backend = try MountBackend.open(options: options, logger: logger, stillWanted: { reporter?.parentWaits ?? true })
+            backend = try MountBackend.open(options: options, logger: logger, metrics: metrics,
+                                            stillWanted: { reporter?.parentWaits ?? true })
         } catch {
+            endpoint?.stop()
             return fail(error.description)
         }
 
         let filesystem = FuseFilesystem(operations: backend.operations, readDirectoryPlus: options.readDirectoryPlus,
-                                        maxReadAhead: UInt32(clamping: options.kernelReadAheadKiB * 1024), log: logger)
+                                        maxReadAhead: UInt32(clamping: options.kernelReadAheadKiB * 1024), metrics: metrics,
+                                        log: logger)
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
             try session.mount(at: mountpoint, passthrough: options.passthrough)
         } catch {
+            endpoint?.stop()
             backend.shutdown()
             backend.discardNewCache()
             return fail(error.description)
@@ -83,7 +96,7 @@ enum MountCommand {
         if let device = session.ownMount?.device {
             do {
                 control = try ControlServer(mountpoint: mountpoint, device: device, source: backend.statusSource,
-                                            files: backend.fileCommands, logger: logger)
+                                            files: backend.fileCommands, metrics: metrics, logger: logger)
             } catch {
                 logger.warning("'dbxfs status' and 'dbxfs sync' will not see this mount: \(error.description)")
             }
@@ -103,6 +116,10 @@ enum MountCommand {
             startupLog?.flush()
         }
         logger.info("mounted \(backend.description) on \(mountpoint)")
+        if let endpoint {
+            endpoint.start()
+            logger.info("metrics: serving http://\(endpoint.address)/metrics")
+        }
 
         // libfuse's loop ends only once every request in progress has returned; an fsync waiting
         // for an unreachable Dropbox would hold it (and the daemon) for its hour. So the stop is
@@ -131,6 +148,7 @@ enum MountCommand {
         backend.cacheLock?.record(state: "unmounted", socket: control?.socketPath)
         backend.shutdown()
         control?.stop()
+        endpoint?.stop()
         // The loop returns the signal number when a signal ended it; that is a clean stop.
         return status == 0 || status == SIGINT || status == SIGTERM || status == SIGHUP ? 0 : 1
     }

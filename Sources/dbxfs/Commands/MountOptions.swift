@@ -55,6 +55,12 @@ struct MountOptions: Sendable {
     var umask: UInt16 = 0o022
     var readOnly = false
     var showHelp = false
+    /// `--metrics ADDR:PORT`: serve the metrics there for Prometheus (Metrics/MetricsEndpoint).
+    var metricsAddress: MetricsAddress?
+    /// `--metrics-allow-remote`: `--metrics` may bind an address other than loopback.
+    var metricsAllowRemote = false
+    /// Hidden `--no-metrics`: keep no metrics at all (to measure what keeping them costs).
+    var keepMetrics = true
 
     static let usage = """
         usage: dbxfs [options] MOUNTPOINT
@@ -86,6 +92,9 @@ struct MountOptions: Sendable {
           --kernel-read-ahead SIZE  kernel read-ahead for the mount (default 1M; root only; 0 = leave)
           --no-passthrough        never let the kernel read fully cached files by itself (FUSE
                                   passthrough; by default on read-only mounts when root, Linux >= 6.9)
+          --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics (e.g.
+                                  127.0.0.1:9101, or just a port; loopback only, see the next)
+          --metrics-allow-remote  let --metrics listen on an address other than loopback
           -d, --debug             log every FUSE request (implies -f and --log-level debug)
           -h, --help              this text
           -V, --version           the version
@@ -152,6 +161,17 @@ struct MountOptions: Sendable {
                 catch { throw UsageError(description: error.description) }
             case "--no-readdirplus": options.readDirectoryPlus = false
             case "--no-passthrough": options.passthroughAllowed = false
+            case "--metrics":
+                let raw = try value(for: name, inline: inline)
+                do throws(MetricsAddress.Invalid) { options.metricsAddress = try MetricsAddress.parse(raw) }
+                catch { throw UsageError(description: error.description) }
+            case "--metrics-allow-remote":
+                // `=yes`/`=no` too, for the config file's metrics_allow_remote.
+                guard let allowed = inline == nil ? true : ConfigFile.boolean(inline!) else {
+                    throw UsageError(description: "invalid --metrics-allow-remote=\(inline ?? "") (yes or no)")
+                }
+                options.metricsAllowRemote = allowed
+            case "--no-metrics": options.keepMetrics = false
             case "--max-threads":
                 let raw = try value(for: name, inline: inline)
                 guard let n = UInt32(raw), n >= 2 else { throw UsageError(description: "invalid --max-threads '\(raw)'") }
@@ -181,6 +201,13 @@ struct MountOptions: Sendable {
             throw UsageError(description: "unknown log level '\(options.logLevel)' (error, warning, info, debug)")
         }
         options.root = try normalizedRoot(options.root)
+        if let address = options.metricsAddress, !address.isLoopback, !options.metricsAllowRemote {
+            throw UsageError(description: "--metrics \(address) is not a loopback address: anyone who can reach it could read "
+                             + "this mount's metrics; add --metrics-allow-remote to serve them there anyway")
+        }
+        if options.metricsAddress != nil && !options.keepMetrics {
+            throw UsageError(description: "--metrics and --no-metrics contradict each other")
+        }
         if options.fuseOptions.contains(where: { $0 == "allow_other" || $0 == "allow_root" }),
            !options.fuseOptions.contains("default_permissions") {
             options.fuseOptions.append("default_permissions")

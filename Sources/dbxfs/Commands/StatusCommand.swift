@@ -7,6 +7,7 @@ import Foundation
 enum StatusCommand {
     static let usage = """
         usage: dbxfs status [--all] [--json] [--watch] [--interval S] [MOUNTPOINT]
+               dbxfs status --prometheus [MOUNTPOINT]
 
         Shows, for each running dbxfs mount (or the one at MOUNTPOINT): the account, the link to
         Dropbox (online, offline or refused, the last error, the next try), cache use against its
@@ -18,6 +19,8 @@ enum StatusCommand {
           --json              print the machine-readable form (documented in docs/STATUS.md)
           --watch             redraw every second until Ctrl-C (with --json: one JSON document per line)
           --interval S        the --watch period in seconds (default 1)
+          --prometheus        print the mounts' metrics in the Prometheus text format (listed in
+                              docs/STATUS.md), each series labelled with its mountpoint
           -h, --help          this text
 
         exit status: 0 shown, 1 a mount did not answer, 2 bad usage, 3 no dbxfs mount at MOUNTPOINT.
@@ -26,7 +29,7 @@ enum StatusCommand {
     static let subcommand = Subcommand(name: "status", summary: "show mounts, cache use and upload progress", run: run)
 
     static func run(_ arguments: [String]) -> Int32 {
-        var json = false, watch = false, help = false, all = false
+        var json = false, watch = false, help = false, all = false, prometheus = false
         var interval: Double = 1
         var mountpoint: String?
         var scanner = OptionScanner(arguments, command: "status")
@@ -40,6 +43,7 @@ enum StatusCommand {
                     switch name {
                     case "-h", "--help": help = true
                     case "--json": try scanner.flagTakesNoValue(name, inline); json = true
+                    case "--prometheus": try scanner.flagTakesNoValue(name, inline); prometheus = true
                     case "--all", "-a": try scanner.flagTakesNoValue(name, inline); all = true
                     case "--watch", "-w": try scanner.flagTakesNoValue(name, inline); watch = true
                     case "--interval":
@@ -54,6 +58,10 @@ enum StatusCommand {
             printError(error.description)
             return 2
         }
+        if prometheus && (json || watch || all) {
+            printError("--prometheus prints the metrics once: it does not go with --json, --watch or --all")
+            return 2
+        }
         if help { print(usage); return 0 }
 
         var target: (mountpoint: String, socket: String)?
@@ -63,6 +71,8 @@ enum StatusCommand {
                 return error.notMounted ? 3 : 1
             }
         }
+
+        if prometheus { return printPrometheus(target: target) }
 
         let interactive = isatty(STDOUT_FILENO) == 1
         while true {

@@ -16,7 +16,7 @@ struct Subcommand: Sendable {
         AuthCommand.subcommand, AuthCommand.alias, UnlinkCommand.subcommand,
         StatusCommand.subcommand, SyncCommand.subcommand,
         HistoryCommand.subcommand, CatCommand.subcommand, RestoreCommand.subcommand, UndeleteCommand.subcommand,
-        TrashCommand.subcommand, ShareCommand.subcommand,
+        TrashCommand.subcommand, ShareCommand.subcommand, PinCommand.subcommand, PinCommand.unpinSubcommand,
     ]
 
     /// `dbxfs --help`: the mount usage, then the other commands.

@@ -19,7 +19,8 @@ struct ConfigFile: Sendable {
     static let mountOptionKeys: [String: String] = [
         "api_base": "--api-base", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
         "ca_file": "--ca-file", "log_level": "--log-level", "log_file": "--log-file", "root": "--root",
-        "profile": "--profile", "max_threads": "--max-threads",
+        "profile": "--profile", "max_threads": "--max-threads", "metrics": "--metrics",
+        "metrics_allow_remote": "--metrics-allow-remote",
     ]
     /// Keys that are not mount options.
     static let otherKeys: Set<String> = ["app_key", "mount_options", "sync_timeout"]
@@ -90,10 +91,24 @@ struct ConfigFile: Sendable {
             }
         case "api_base":
             if let problem = APIBase.problem(value) { throw Invalid(description: "\(at): api_base \(problem)") }
+        case "metrics":
+            do throws(MetricsAddress.Invalid) { _ = try MetricsAddress.parse(value) }
+            catch { throw Invalid(description: "\(at): metrics: \(error.description.replacingOccurrences(of: "invalid --metrics ", with: "invalid value "))") }
+        case "metrics_allow_remote":
+            guard boolean(value) != nil else { throw Invalid(description: "\(at): metrics_allow_remote must be yes or no") }
         case "root":
             guard value.hasPrefix("/") else { throw Invalid(description: "\(at): root must start with '/' (got '\(value)')") }
         default:
             guard !value.isEmpty else { throw Invalid(description: "\(at): \(key) has an empty value") }
+        }
+    }
+
+    /// yes/no, true/false, on/off, 1/0 (nil: none of these).
+    static func boolean(_ value: String) -> Bool? {
+        switch value.lowercased() {
+        case "yes", "true", "on", "1": true
+        case "no", "false", "off", "0": false
+        default: nil
         }
     }
 

@@ -17,17 +17,20 @@ final class ControlServer: Sendable {
     private let source: MountStatusSource
     /// history, cat, restore, undelete, trash, share (nil: the mount answers that it has none).
     private let files: FileCommandService?
+    /// `dbxfs status --prometheus` (nil: the mount keeps no metrics, `--no-metrics`).
+    private let metrics: MountMetrics?
     private let listener: Int32
     private let stopped = Atomic<Bool>(false)
     private let logger: Logger
 
     /// Creates the socket and starts serving. A stale socket left by a crashed mount is replaced;
     /// a live one (another process answering there) is an error.
-    init(mountpoint: String, device: String, source: MountStatusSource, files: FileCommandService? = nil, logger: Logger,
-         paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
+    init(mountpoint: String, device: String, source: MountStatusSource, files: FileCommandService? = nil,
+         metrics: MountMetrics? = nil, logger: Logger, paths: XDGPaths = XDGPaths()) throws(UnixSocket.Failure) {
         self.mountpoint = mountpoint
         self.source = source
         self.files = files
+        self.metrics = metrics
         self.logger = logger
         socketPath = ControlPaths.socketPath(forMountpoint: mountpoint, device: device, paths: paths)
         do throws(XDGPaths.PrivateDirectoryError) {
@@ -58,12 +61,7 @@ final class ControlServer: Sendable {
     deinit { stop(); close(listener) }
 
     private func acceptLoop() {
-        while !stopped.load(ordering: .acquiring) {
-            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
-            if poll(&poller, 1, 500) <= 0 { continue }
-            let client = accept(listener, nil, nil)
-            if client < 0 { continue }
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+        UnixSocket.acceptLoop(listener, until: { stopped.load(ordering: .acquiring) }) { client in
             let worker = Thread { [self] in
                 self.serve(client)
                 close(client)
@@ -91,6 +89,12 @@ final class ControlServer: Sendable {
         switch request.command {
         case "status":
             reply(client, source.status(mountpoint: mountpoint))
+        case "metrics":
+            guard let metrics else {
+                reply(client, ControlErrorReply(error: "the mount at \(mountpoint) keeps no metrics (it was started with --no-metrics)"))
+                return
+            }
+            reply(client, MetricsReply(mountpoint: mountpoint, pid: getpid(), families: metrics.registry.collect()))
         case "sync":
             let timeout = request.timeoutSeconds ?? 3600
             // No send timeout while the (possibly long) wait runs; the client sets its own.

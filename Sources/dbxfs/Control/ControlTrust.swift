@@ -30,6 +30,10 @@ extension SyncReport: ControlAnswer {
     var daemonPID: Int32? { pid }
 }
 
+extension MetricsReply: ControlAnswer {
+    var daemonPID: Int32? { pid }
+}
+
 enum ControlTrust {
     static func checkSocketFile(_ socket: String) throws(ControlClient.Failure) {
         var st = stat()

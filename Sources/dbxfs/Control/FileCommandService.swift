@@ -1,5 +1,5 @@
 /// The daemon's side of the file commands (`dbxfs history`, `cat`, `restore`, `undelete`,
-/// `trash`, `share`): each takes a path relative to the mount root, asks Dropbox through a client
+/// `trash`, `share`, and `pin`/`unpin` in FileCommandService+Pins.swift): each takes a path relative to the mount root, asks Dropbox through a client
 /// of its own, and answers one report (FileCommandReports.swift), or for `cat` a header and the
 /// revision's bytes. Restores go through the VFS, so the mount shows them at once
 /// (FileCommandService+Restore.swift).
@@ -15,7 +15,7 @@ import Foundation
 import VFSCache
 
 final class FileCommandService: Sendable {
-    static let commands: Set<String> = ["history", "cat", "restore", "undelete", "trash", "share"]
+    static let commands: Set<String> = ["history", "cat", "restore", "undelete", "trash", "share", "pin", "unpin", "pins"]
 
     /// Paths mapped to and from the mount root; its client is the fail-fast one.
     let store: DropboxRemoteStore
@@ -25,9 +25,13 @@ final class FileCommandService: Sendable {
     /// The kernel's caches: a restore names what the kernel must forget.
     let sink: any CacheInvalidationSink
     let logger: Logger
+    /// The files kept offline (`dbxfs pin`; FileCommandService+Pins.swift); nil without a VFS.
+    let pinned: PinnedFiles?
 
-    init(store: DropboxRemoteStore, vfs: VFS?, offline: OfflineState, sink: any CacheInvalidationSink, logger: Logger) {
+    init(store: DropboxRemoteStore, vfs: VFS?, offline: OfflineState, sink: any CacheInvalidationSink, logger: Logger,
+         pinned: PinnedFiles? = nil) {
         self.store = store; self.vfs = vfs; self.offline = offline; self.sink = sink; self.logger = logger
+        self.pinned = pinned
     }
 
     /// A failure, already phrased for the user.
@@ -49,6 +53,9 @@ final class FileCommandService: Sendable {
             case "undelete": reply(client, try undelete(file, shown: shown, mountpoint: mountpoint))
             case "trash": reply(client, try trash(file, shown: shown, mountpoint: mountpoint))
             case "share": reply(client, try share(file, shown: shown))
+            case "pin": reply(client, try pin(file, shown: shown, mountpoint: mountpoint))
+            case "unpin": reply(client, try unpin(file, shown: shown, mountpoint: mountpoint))
+            case "pins": reply(client, try pinList(mountpoint: mountpoint))
             default: reply(client, ControlErrorReply(error: "unknown command '\(request.command)'"))
             }
         } catch {

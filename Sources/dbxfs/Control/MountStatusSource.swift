@@ -32,6 +32,8 @@ final class MountStatusSource: Sendable {
     private let connection: @Sendable (_ uploadsPausedUntil: Date?) -> ConnectionReport?
     /// Run before a sync waits: picks up new credentials after a relink (ConnectionMonitor).
     private let beforeSync: @Sendable () -> Void
+    /// The files kept offline (PinnedFiles), nil when nothing is pinned.
+    private let pins: @Sendable () -> PinsStatusReport?
     let phase = Mutex<Phase>(.starting)
     /// (when, bytes uploaded so far) at each status request of the last minute: the upload rate.
     private let uploadSamples = Mutex<[(at: Date, bytes: UInt64)]>([])
@@ -40,8 +42,9 @@ final class MountStatusSource: Sendable {
          cacheUsage: @escaping @Sendable () -> CacheUsage?, writeBack: WriteBackEngine?,
          offline: @escaping @Sendable () -> String? = { nil },
          connection: @escaping @Sendable (Date?) -> ConnectionReport? = { _ in nil },
-         beforeSync: @escaping @Sendable () -> Void = {}, mountedAt: Date = Date()) {
-        self.account = account; self.server = server; self.root = root; self.readOnly = readOnly
+         beforeSync: @escaping @Sendable () -> Void = {}, pins: @escaping @Sendable () -> PinsStatusReport? = { nil },
+         mountedAt: Date = Date()) {
+        self.account = account; self.server = server; self.root = root; self.readOnly = readOnly; self.pins = pins
         self.offline = offline; self.connection = connection; self.beforeSync = beforeSync
         self.cacheUsage = cacheUsage; self.writeBack = writeBack; self.mountedAt = mountedAt
     }
@@ -76,7 +79,8 @@ final class MountStatusSource: Sendable {
         }
         return MountStatusReport(mountpoint: mountpoint, pid: getpid(), mountedAt: mountedAt, account: account,
                                  server: server, root: root, readOnly: readOnly, state: state, offline: offline(),
-                                 connection: connection(uploadStatus?.pausedUntil), cache: cache, uploads: uploads)
+                                 connection: connection(uploadStatus?.pausedUntil), cache: cache, uploads: uploads,
+                                 pins: pins())
     }
 
     /// Bytes per second Dropbox confirmed over the last half minute of status requests (so a

@@ -35,6 +35,7 @@ enum StatusRenderer {
         cacheLine += "\(bytes(Int64(cache.memoryBytes))) of \(bytes(Int64(cache.memoryBudget))) in memory, "
         cacheLine += "\(counted(cache.entries, "entry", "entries")) cached"
         lines.append(cacheLine)
+        if let pins = report.pins { lines += pinLines(pins) }
 
         guard let uploads = report.uploads else {
             lines.append(label("uploads") + "none (this mount has no write-back)")
@@ -184,15 +185,37 @@ enum StatusRenderer {
         }
         let total = max(transfer.bytesTotal, 1)
         let fraction = min(1, Double(transfer.bytesDone) / Double(total))
-        let barWidth = 20
-        let filled = Int((fraction * Double(barWidth)).rounded(.down))
-        let bar = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: barWidth - filled) + "]"
+        let bar = bar(fraction)
         // Never 100% for a file not committed yet: the last bytes are its commit.
         let percent = String(format: "%3d%%", min(99, Int((fraction * 100).rounded(.down))))
         let rate = transfer.bytesPerSecond > 0 ? "\(bytes(Int64(transfer.bytesPerSecond)))/s" : "--/s"
         let eta = transfer.etaSeconds.map { "ETA \(duration(max($0, 1)))" } ?? "ETA --"
         return name + "  " + bar + " " + percent + "  " + padLeft(done, 10) + " / " + pad(of, 10)
             + "  " + padLeft(rate, 12) + "  " + eta
+    }
+
+    /// "[#########-----------]" for a fraction from 0 to 1.
+    static func bar(_ fraction: Double) -> String {
+        let barWidth = 20
+        let filled = Int((min(max(fraction, 0), 1) * Double(barWidth)).rounded(.down))
+        return "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: barWidth - filled) + "]"
+    }
+
+    /// "pinned  12 files, 1.2 MiB in 2 pins: 10 available offline, 1 downloading, 1 failed", and
+    /// a progress bar while pinned files download.
+    static func pinLines(_ pins: PinsStatusReport) -> [String] {
+        let counts = pins.counts
+        var words = ["\(counts.current) available offline"]
+        if counts.fetching > 0 { words.append("\(counts.fetching) downloading") }
+        if counts.failed > 0 { words.append("\(counts.failed) failed (dbxfs pin --list says why)") }
+        var lines = [label("pinned") + "\(counted(counts.files, "file", "files")), \(bytes(Int64(clamping: counts.bytes))) in "
+                     + "\(counted(pins.paths, "pin", "pins")): " + words.joined(separator: ", ")]
+        if counts.fetching > 0 {
+            let fraction = Double(counts.bytesFetched) / Double(max(counts.bytes, 1))
+            lines.append("    " + bar(fraction) + String(format: " %3d%%  ", Int((min(fraction, 1) * 100).rounded(.down)))
+                         + bytes(Int64(clamping: counts.bytesFetched)) + " / " + bytes(Int64(clamping: counts.bytes)))
+        }
+        return lines
     }
 
     // MARK: Words

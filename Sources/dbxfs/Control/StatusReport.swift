@@ -36,6 +36,8 @@ struct MountStatusReport: Codable, Sendable {
     var cache: CacheReport
     /// nil (omitted) when the mount has no write-back engine: nothing it holds can be pending.
     var uploads: UploadsReport?
+    /// The files kept offline (`dbxfs pin`); omitted when nothing is pinned. Added 2026-12-01.
+    var pins: PinsStatusReport? = nil
 }
 
 struct AccountReport: Codable, Sendable {
@@ -138,7 +140,7 @@ struct PendingReport: Codable, Sendable {
     var openForWriting: Bool
     var lastError: String?
     /// Set instead of a file for a namespace change ("mkdir /a", "unlink /a/f", "rmdir /a",
-    /// "rename /a → /b"); `size` is 0. Added 2026-12-02.
+    /// "rename /a → /b"); `size` is 0. Added 2026-12-01.
     var operation: String? = nil
     /// When the next attempt may start, after a failure's back-off; omitted when it may start now.
     var nextAttemptAt: Date? = nil
@@ -173,9 +175,17 @@ struct SyncReport: Codable, Sendable {
     var pid: Int32? = nil
 }
 
+/// The answer to `metrics` (`dbxfs status --prometheus`): the mount's metric families, which the
+/// command prints in the Prometheus text format (Metrics/PrometheusText.swift).
+struct MetricsReply: Codable, Sendable {
+    var mountpoint: String
+    var pid: Int32?
+    var families: [MetricFamilySnapshot]
+}
+
 /// A request on the control socket: one JSON object on one line.
 struct ControlRequest: Codable, Sendable {
-    /// "status", "sync", or a file command (FileCommandService.commands).
+    /// "status", "sync", "metrics", or a file command (FileCommandService.commands).
     var command: String
     /// sync: how long to wait (seconds).
     var timeoutSeconds: Double?

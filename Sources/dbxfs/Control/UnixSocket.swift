@@ -1,5 +1,6 @@
 /// The few Unix-domain stream socket calls the control channel needs (listen, accept, connect,
-/// read a line, write all), with the `sockaddr_un` plumbing Swift makes awkward.
+/// read a line, write all), with the `sockaddr_un` plumbing Swift makes awkward. The accept loop
+/// serves the metrics endpoint's TCP socket too.
 import Foundation
 
 enum UnixSocket {
@@ -27,6 +28,19 @@ enum UnixSocket {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "cannot create a socket: \(String(cString: strerror(errno)))", code: errno) }
         return fd
+    }
+
+    /// Accepts connections on a listening socket (of any family) until `stopped` says so (asked
+    /// at least every 500 ms), handing each one, close-on-exec, to `handle`, which owns it.
+    static func acceptLoop(_ listener: Int32, until stopped: () -> Bool, handle: (Int32) -> Void) {
+        while !stopped() {
+            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 500) <= 0 { continue }
+            let client = accept(listener, nil, nil)
+            if client < 0 { continue }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            handle(client)
+        }
     }
 
     static func listen(path: String) throws(Failure) -> Int32 {

@@ -19,10 +19,12 @@ enum FileOperations {
                 let sent: Int32
                 switch fs.passthrough.open(ino, handle: opened.handle, backingFile: opened.backingFile) {
                 case .passthrough(let backingID):
+                    fs.metrics?.opened(servedBy: .passthrough)
                     dbxfs_fi_set_keep_cache(fi, false)
                     dbxfs_fi_set_direct_io(fi, false)
                     sent = dbxfs_passthrough_reply_open(UnsafeMutableRawPointer(req), UnsafeRawPointer(fi), backingID)
                 case .cached:
+                    fs.metrics?.opened(servedBy: opened.keepCache ? .pageCache : .dbxfs)
                     dbxfs_fi_set_keep_cache(fi, opened.keepCache)
                     dbxfs_fi_set_direct_io(fi, opened.directIO)
                     sent = fuse_reply_open(req, fi)
@@ -44,6 +46,7 @@ enum FileOperations {
                                                                flags: FileOperations.openFlags(fi.pointee.flags))
                 fi.pointee.fh = opened.handle
                 // Never passthrough: creating writes, and passthrough is for read-only mounts.
+                fs.metrics?.opened(servedBy: .dbxfs)
                 dbxfs_fi_set_keep_cache(fi, opened.keepCache)
                 dbxfs_fi_set_direct_io(fi, opened.directIO)
                 var e = fs.entryParam(entry)

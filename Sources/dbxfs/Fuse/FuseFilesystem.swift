@@ -24,11 +24,16 @@ final class FuseFilesystem: Sendable {
     /// Opens served by the kernel from a backing file (FUSE passthrough), and the per-inode
     /// rules that go with them.
     let passthrough: PassthroughOpens
+    /// Counts opens by who serves them (nil: the mount keeps no metrics). The operations
+    /// themselves are timed by `TimedFilesystem`, in front of `operations`.
+    let metrics: MountMetrics?
     let log: Logger
 
     init(operations: any FilesystemOperations, maxRequestSize: UInt32 = 1 << 20,
-         maxBackground: UInt32 = 64, readDirectoryPlus: Bool = true, maxReadAhead: UInt32 = 1 << 20, log: Logger) {
-        self.operations = operations
+         maxBackground: UInt32 = 64, readDirectoryPlus: Bool = true, maxReadAhead: UInt32 = 1 << 20,
+         metrics: MountMetrics? = nil, log: Logger) {
+        self.operations = metrics.map { TimedFilesystem(operations, metrics: $0) } ?? operations
+        self.metrics = metrics
         self.maxRequestSize = maxRequestSize
         self.maxBackground = maxBackground
         self.readDirectoryPlus = readDirectoryPlus

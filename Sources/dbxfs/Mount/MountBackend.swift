@@ -38,18 +38,22 @@ struct MountBackend: CustomStringConvertible {
     var startupNote: String?
 
     /// `stillWanted` tells a `--wait-for-cache` wait whether anyone still waits for the mount.
-    static func open(options: MountOptions, logger: Logger, stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
+    /// `metrics`, when given, hears from every client and cache of the mount and reads its gauges
+    /// (queue, cache use, feed lag, connection) from what the backend builds.
+    static func open(options: MountOptions, logger: Logger, metrics: MountMetrics? = nil,
+                     stillWanted: () -> Bool = { true }) throws(Failure) -> MountBackend {
         switch options.backend {
         case .memory:
             let memory = MemoryFilesystem(uid: options.uid, gid: options.gid, umask: options.umask)
             return MountBackend(operations: memory, description: "an in-memory filesystem",
                                 logFile: options.logFile, shutdown: {}, statusSource: .memory(readOnly: options.readOnly))
         case .dropbox:
-            return try openDropbox(options: options, logger: logger, stillWanted: stillWanted)
+            return try openDropbox(options: options, logger: logger, metrics: metrics, stillWanted: stillWanted)
         }
     }
 
-    private static func openDropbox(options: MountOptions, logger: Logger, stillWanted: () -> Bool) throws(Failure) -> MountBackend {
+    private static func openDropbox(options: MountOptions, logger: Logger, metrics: MountMetrics?,
+                                    stillWanted: () -> Bool) throws(Failure) -> MountBackend {
         // A stored profile (dbxfs auth) refreshes its access token and saves each new one.
         let credentials: MountCredentials
         do {
@@ -146,8 +150,10 @@ struct MountBackend: CustomStringConvertible {
         // Every client of the mount reports its retries, failures and successes here, for status
         // and for the log line when Dropbox stops accepting the token (or accepts it again).
         let connection = ConnectionMonitor(fix: credentials.mountedFix, offline: offline, log: logger)
+        // The metrics hear every request of every client too (Metrics/MountMetrics.swift).
+        let observer: any RequestObserver = metrics.map { RequestObservers([connection, $0]) } ?? connection
         var mainConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, pathRoot: pathRoot)
-        mainConfiguration.observer = connection
+        mainConfiguration.observer = observer
         let client = DropboxClient(configuration: mainConfiguration, tokens: credentials.tokens)
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
@@ -163,7 +169,7 @@ struct MountBackend: CustomStringConvertible {
         let gatedUploads = OfflineGatedRemote(uploadRemote, state: offline, probeInterval: nil)
         var watcherConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                        retryPolicy: RetryPolicy(maxAttempts: 2), pathRoot: pathRoot)
-        watcherConfiguration.observer = connection
+        watcherConfiguration.observer = observer
         let watcherClient = DropboxClient(configuration: watcherConfiguration, tokens: credentials.tokens)
         let watcherRemote = DropboxRemoteStore(client: watcherClient, root: options.root, rootLower: rootLower, log: logger,
                                                accessFix: credentials.mountedFix)
@@ -174,6 +180,7 @@ struct MountBackend: CustomStringConvertible {
         config.diskCacheBytes = Int64(clamping: options.cacheSize)
         // Whole verified copies are only worth their disk I/O if the kernel may read them itself.
         config.keepWholeFiles = options.passthrough
+        config.observer = metrics
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"
         let stop = StopDeadline()
@@ -191,6 +198,8 @@ struct MountBackend: CustomStringConvertible {
         if let vfs, (vfs.writeBack?.status().pendingFiles ?? 0) > 0 {
             Thread { vfs.showPendingUploads() }.start()
         }
+        // Files kept offline (dbxfs pin): the saved pins, checked once the mount serves.
+        let pinned = vfs.map { PinnedFiles(vfs: $0, store: feed?.store) }
         let tokens = credentials.tokens
         connection.connect(adoptNewCredentials: { tokens.adoptReloaded(replacing: tokens.current.accessToken) },
                            resume: { vfs?.writeBack?.retryHeldUploads() })
@@ -201,22 +210,27 @@ struct MountBackend: CustomStringConvertible {
             cacheUsage: { vfs?.cacheUsage() }, writeBack: vfs?.writeBack,
             offline: { offline.isOffline ? (offline.reason ?? "Dropbox cannot be reached") : nil },
             connection: { connection.report(uploadsPausedUntil: $0) },
-            beforeSync: { connection.adoptNewCredentialsIfRefused() })
+            beforeSync: { connection.adoptNewCredentialsIfRefused() },
+            pins: { pinned?.totals().map { PinsStatusReport(paths: $0.pins, counts: PinCountsReport($0.counts), diskBytes: $0.diskBytes) } })
+        metrics?.addGauges(MountMetrics.Sources(cacheUsage: { vfs?.cacheUsage() }, writeBack: { vfs?.writeBack?.status() },
+                                                feedLag: { feed?.watcher.lag() }, connectionState: { connection.report().state }))
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
-                                   shutdown: { feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
+                                   shutdown: { pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
-        let commandClient = DropboxClient(configuration: ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
-                                                                             retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot),
-                                          tokens: credentials.tokens)
+        var commandConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+                                                       retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot)
+        commandConfiguration.observer = metrics
+        let commandClient = DropboxClient(configuration: commandConfiguration, tokens: credentials.tokens)
         let commandSink = ForwardingInvalidationSink()
         backend.fileCommands = FileCommandService(
             store: DropboxRemoteStore(client: commandClient, root: options.root, rootLower: rootLower, log: logger),
-            vfs: vfs, offline: offline, sink: commandSink, logger: logger)
+            vfs: vfs, offline: offline, sink: commandSink, logger: logger, pinned: pinned)
         backend.startChangeWatcher = { sink in
             commandSink.connect(sink)
             feed?.start(sink: sink)
+            pinned?.start()
         }
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)

@@ -1,5 +1,6 @@
 /// A `RemoteStore` wrapper that records the downloads passing through it (ranges, and how many
-/// ran at once), optionally slowing each one down, to test read-ahead parallelism.
+/// ran at once), optionally slowing each one down, to test read-ahead parallelism, or holding
+/// each one after its first bytes until the test lets it go on, to test what readers get meanwhile.
 import Foundation
 import Synchronization
 @testable import VFSCache
@@ -15,6 +16,9 @@ final class ObservedRemote: RemoteStore, Sendable {
         self.downloadDelay = downloadDelay
     }
 
+    /// While set, each download delivers `bytes`, then waits for `gate` (one signal per download).
+    let holdAfter = Mutex<(bytes: Int, gate: DispatchSemaphore)?>(nil)
+
     var downloadedRanges: [Range<UInt64>] { state.withLock { $0.ranges } }
     var maxConcurrentDownloads: Int { state.withLock { $0.maxRunning } }
     func reset() { state.withLock { $0 = State() } }
@@ -27,7 +31,19 @@ final class ObservedRemote: RemoteStore, Sendable {
         }
         defer { state.withLock { $0.running -= 1 } }
         if downloadDelay > 0 { Thread.sleep(forTimeInterval: downloadDelay) }
-        try inner.download(path: path, rev: rev, range: range, sink: sink)
+        guard let hold = holdAfter.withLock({ $0 }) else { return try inner.download(path: path, rev: rev, range: range, sink: sink) }
+        var sent = 0
+        try inner.download(path: path, rev: rev, range: range) { chunk in
+            var rest = chunk
+            if sent < hold.bytes {
+                let count = min(rest.count, hold.bytes - sent)
+                guard sink(UnsafeRawBufferPointer(rebasing: rest[..<count])) else { return false }
+                sent += count
+                rest = UnsafeRawBufferPointer(rebasing: rest[count...])
+                if sent == hold.bytes { hold.gate.wait() }
+            }
+            return rest.isEmpty || sink(rest)
+        }
     }
 
     func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try inner.metadata(path: path) }

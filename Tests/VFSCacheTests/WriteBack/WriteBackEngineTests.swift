@@ -335,10 +335,15 @@ import Testing
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.probe.closeGate("finishBatch")
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        #expect(engine.status().oldestPendingSince == nil)
         let data = pseudoRandomBytes(10 << 20, seed: 9)
+        let beforeClose = Date()
         try fixture.put(engine, "/iso/disk.img", data)
         #expect(fixture.probe.waitUntilBlocked("finishBatch"))
         let status = engine.status()
+        // The metrics' oldest pending age counts from the close.
+        let since = try #require(status.oldestPendingSince)
+        #expect(since >= beforeClose && since <= Date())
         #expect(status.pendingFiles == 1)
         #expect(status.pendingBytes == UInt64(data.count))
         #expect(status.uploads.first?.state == .committing)
@@ -347,6 +352,7 @@ import Testing
         fixture.probe.openGate("finishBatch")
         #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
         #expect(engine.status().pendingFiles == 0)
+        #expect(engine.status().oldestPendingSince == nil)
     }
 
     @Test func commitEventTranslatesAStaleBaseOfTheFacade() throws {
