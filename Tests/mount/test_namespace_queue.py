@@ -100,10 +100,12 @@ def test_rm_rf_and_tar_x_cost_batches_not_one_call_each(dbxfs_binary, tmp_path):
             rm_calls = calls(emu)
             print(f"rm -rf of 1000 files in 10 folders: {sum(rm_calls.values())} calls {sorted(rm_calls.items())}")
             assert rm_calls.get("files/delete_v2", 0) == 0
-            assert rm_calls.get("files/delete_batch", 0) <= 6
+            # A few batches: how many depends on the gaps between unlinks, which a loaded machine
+            # stretches past the gather delay (3 to 7 seen here); one per file would be 1010.
+            assert rm_calls.get("files/delete_batch", 0) <= 20
             # One emptiness check per folder (11: the ten, and rm/ itself), nothing per file.
             assert rm_calls.get("files/list_folder", 0) <= 11 + 2
-            assert sum(rm_calls.values()) <= 40
+            assert sum(rm_calls.values()) <= 60
         names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
         assert names == {"tree"}
         assert len(read_emulator_tree(emu).files) == 1000
