@@ -1,5 +1,5 @@
 /// Metadata, listing and namespace routes: get_metadata, list_folder (+continue, get_latest_cursor,
-/// longpoll), create_folder_v2, delete_v2, delete_batch (+check), move_v2, copy_v2.
+/// longpoll), create_folder_v2, delete_v2, move_v2, copy_v2 (their batches: DropboxClient+NamespaceBatches.swift).
 ///
 /// Write routes here are retried like everything else; when a retry follows a failure after which
 /// the server may have executed the first attempt, the tell-tale error of our own success
@@ -115,36 +115,6 @@ extension DropboxClient {
                 return .deleted(DeletedMetadata(name: name, pathLower: path.lowercased(), pathDisplay: path))
             }
         }
-    }
-
-    /// Deletes many paths in one job (delete_batch, polled with delete_batch/check until done).
-    /// One entry per path, in order.
-    public func deleteBatch(paths: [String], pollInterval: Double = 0.2) throws(DropboxError) -> [DeleteBatchEntry] {
-        let arg: JSON = ["entries": .array(paths.map { ["path": .string($0)] })]
-        var status = try call(.rpc("files/delete_batch"), arg: arg)
-        while status.tag != "complete" {
-            switch status.tag {
-            case "async_job_id", "in_progress":
-                let jobID = status["async_job_id"]?.string ?? ""
-                _ = configuration.retryPolicy.sleeper.sleep(seconds: pollInterval, cancel: nil)
-                status = try call(.rpc("files/delete_batch/check"), arg: ["async_job_id": .string(jobID)])
-                if status.tag == "in_progress" { status = .object(["async_job_id": .string(jobID), ".tag": "in_progress"]) }
-            case "failed":
-                throw .route(.other(tag: status["failed"]?.tag ?? "failed"), summary: "delete_batch failed")
-            default:
-                throw .unexpectedResponse("delete_batch status \(status.tag ?? "none")")
-            }
-        }
-        guard let entries = status["entries"]?.array else { throw .unexpectedResponse("delete_batch without entries") }
-        var results: [DeleteBatchEntry] = []
-        for entry in entries {
-            if entry.tag == "success", let metadata = entry["metadata"] {
-                results.append(.success(try Metadata(json: metadata)))
-            } else {
-                results.append(.failure(RouteError(json: entry["failure"] ?? .null, shape: .delete)))
-            }
-        }
-        return results
     }
 
     /// Moves (renames) a file or folder; parents of `to` are created.

@@ -147,35 +147,7 @@ extension DropboxClient {
     public func uploadSessionFinishBatch(_ entries: [UploadSessionFinishEntry]) throws(DropboxError) -> [Result<FileMetadata, DropboxError>] {
         batchCommits.lock()
         defer { batchCommits.unlock() }
-        let policy = configuration.retryPolicy
-        var tally = RetryPolicy.Tally()
-        var results = [Result<FileMetadata, DropboxError>?](repeating: nil, count: entries.count)
-        var pending = Array(entries.indices)
-        while !pending.isEmpty {
-            let outcome = try finishBatchOnce(pending.map { entries[$0] })
-            var contended: [Int] = []
-            var contention: DropboxError?
-            for (index, result) in zip(pending, outcome) {
-                if case .failure(let error) = result, case .rateLimited = error {
-                    contended.append(index)
-                    contention = error
-                } else {
-                    results[index] = result
-                }
-            }
-            guard let contention else { break }
-            let decision = policy.decide(after: contention, tally: tally)
-            RetryPolicy.record(contention, decision: decision, in: &tally)
-            if case .rateLimited(_, let retryAfter) = contention { pacer?.rateLimited(retryAfter: retryAfter, slowDown: false) }
-            guard case .retry(let delay) = decision else {
-                for index in contended { results[index] = .failure(contention) }
-                break
-            }
-            statistics.countRetry(of: contention)
-            if !policy.sleeper.sleep(seconds: delay, cancel: nil) { throw .cancelled }
-            pending = contended
-        }
-        return results.map { $0 ?? .failure(.unexpectedResponse("finish_batch_v2 gave no result")) }
+        return try resendingContended(entries) { (batch) throws(DropboxError) in try finishBatchOnce(batch) }
     }
 
     /// One finish_batch_v2 call, with the usual retries of the call itself.

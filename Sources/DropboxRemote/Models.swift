@@ -356,12 +356,6 @@ public struct ExportMetadata: Sendable, Equatable {
     }
 }
 
-/// One entry of a `delete_batch` result.
-public enum DeleteBatchEntry: Sendable, Equatable {
-    case success(Metadata)
-    case failure(RouteError)
-}
-
 /// Timestamps in the API's only format, `2015-05-12T15:50:38Z` (UTC, whole seconds).
 public enum DropboxTimestamp {
     public static func format(_ date: Date) -> String {

@@ -173,6 +173,26 @@ struct InodeTable {
         for node in stale { detach(node.ino) }
     }
 
+    /// Detaches `ino` and what is under it that mirrors the server and was not confirmed by
+    /// `generation`, except `sparing`, and except nodes with local bytes and the folders on the
+    /// way to them (their uploads bring those folders back to Dropbox).
+    mutating func sweepSubtree(_ ino: InodeNumber, olderThan generation: UInt64, sparing: Set<InodeNumber> = []) {
+        func keepsLocalBytes(_ current: InodeNumber) -> Bool {
+            guard let node = nodes[current] else { return false }
+            if node.local != .remote { return true }
+            return node.children.values.contains(where: keepsLocalBytes)
+        }
+        var stack = [ino]
+        while let current = stack.popLast() {
+            guard let node = nodes[current], node.isAttached else { continue }
+            if !sparing.contains(current), node.local == .remote, node.generation < generation, !keepsLocalBytes(current) {
+                detach(current)
+            } else {
+                stack.append(contentsOf: node.children.values)
+            }
+        }
+    }
+
     /// The nodes at or under the changed paths that exist now (what a sweep must spare).
     func subtrees(_ changed: ChangedPaths) -> Set<InodeNumber> {
         var result = Set<InodeNumber>()

@@ -21,6 +21,16 @@
 /// is then the best knowledge of those paths. Commits of the write-back engine are recorded when
 /// their event reaches the tree; until then the node is dirty, which the feed never overwrites.
 ///
+/// Namespace operations (mkdir, unlink, rmdir, rename) reach Dropbox later, from the write-back
+/// engine's queue, possibly hours later when offline: their paths are **pending** from the moment
+/// they are journaled (registered before the operation may be sent) until the operation is
+/// settled on Dropbox. Every fetched change at or under a pending path is skipped, and listing
+/// sweeps spare those subtrees, however recent the answer: Dropbox does not show the operation
+/// yet, and the tree does. When it is settled, its paths are recorded as completed, so answers
+/// fetched before that still skip them; an operation that did not go as planned is followed by a
+/// fresh fetch of its paths (`MetadataCache.refreshFromDropbox`). The in-flight wait only spans the
+/// short local step (journal and tree update).
+///
 /// A plain value type: `MetadataCache` keeps the only instance under its lock (an
 /// `NSCondition`, so appliers can wait for changes in flight).
 struct LocalChangeLog {
@@ -39,6 +49,10 @@ struct LocalChangeLog {
     /// Changes up to this sequence are no longer kept: answers fetched before it are refetched.
     private var forgottenThrough: UInt64 = 0
     private static let keep = 20_000
+    /// Queued namespace operations not settled on Dropbox yet (by the engine's sequence), with
+    /// the path keys each touches, and how many pending operations touch each key.
+    private var pending: [UInt64: [String]] = [:]
+    private var pendingKeys: [String: Int] = [:]
 
     var stamp: Stamp { Stamp(sequence: sequence) }
 
@@ -73,11 +87,42 @@ struct LocalChangeLog {
     /// Whether a change that began no later than token `id` is still in flight.
     func hasInFlight(beganBy id: UInt64) -> Bool { inFlight.contains { $0 <= id } }
 
-    /// The subtrees changed locally since `stamp`; nil if the log no longer reaches back that
-    /// far (the caller then fetches again).
+    /// A namespace operation was journaled: its paths are pending until `settle`.
+    mutating func addPending(_ operation: UInt64, keys: [String]) {
+        guard pending[operation] == nil else { return }
+        pending[operation] = keys
+        for key in keys { pendingKeys[key, default: 0] += 1 }
+    }
+
+    /// The operation is settled on Dropbox: its paths are recorded as completed now.
+    mutating func settle(_ operation: UInt64) {
+        guard let keys = pending.removeValue(forKey: operation) else { return }
+        for key in keys {
+            let left = (pendingKeys[key] ?? 1) - 1
+            pendingKeys[key] = left > 0 ? left : nil
+        }
+        record(keys)
+    }
+
+    /// Whether `path` is at or under the path of a pending operation.
+    func isPending(_ path: String) -> Bool {
+        guard !pendingKeys.isEmpty else { return false }
+        var key = Substring(InodeTable.key(path))
+        while !key.isEmpty {
+            if pendingKeys[String(key)] != nil { return true }
+            guard let slash = key.lastIndex(of: "/") else { break }
+            key = key[..<slash]
+        }
+        return false
+    }
+
+    var pendingCount: Int { pending.count }
+
+    /// The subtrees changed locally since `stamp`, and those of pending operations; nil if the
+    /// log no longer reaches back that far (the caller then fetches again).
     func changed(since stamp: Stamp) -> ChangedPaths? {
         guard stamp.sequence >= forgottenThrough else { return nil }
-        var keys = Set<String>()
+        var keys = Set(pendingKeys.keys)
         var index = completed.count
         while index > firstKept, completed[index - 1].sequence > stamp.sequence {
             index -= 1

@@ -31,6 +31,79 @@ extension MetadataCache {
         }
     }
 
+    /// A folder made by mkdir, before Dropbox has it (its creation is queued), with one lookup
+    /// reference. A queued operation's pending paths keep listings and the feed from removing it;
+    /// it counts as listed (it is empty), so lookups inside it ask nobody. A folder already there
+    /// (made elsewhere meanwhile, or by the feed) is that folder.
+    func insertLocalFolder(parent: InodeNumber, name: String) throws(Errno) -> Node {
+        let now = clock.now()
+        return try locked { table throws(Errno) -> Node in
+            guard table[parent]?.isDirectory == true else { throw .noEntry }
+            let key = InodeTable.key(name)
+            if let existing = table.child(of: parent, key: key) {
+                guard table[existing]?.isDirectory == true else { throw .exists }
+                table.addLookup(existing)
+                return table[existing]!
+            }
+            let ino = table.nextIno
+            table.nextIno += 1
+            var node = Node(ino: ino, parent: parent, name: name, kind: .directory, id: nil)
+            node.flags = table[parent]!.flags.intersection(.readOnly)
+            node.lookupCount = 1
+            table.nodes[ino] = node
+            table.nodes[parent]!.children[key] = ino
+            table.clearNegative(key, in: parent)
+            table.setListed(ino, at: now)
+            return node
+        }
+    }
+
+    /// Shows a namespace operation read back from the journal at start (before the mount serves):
+    /// as if it had just been made. Nodes the kernel does not know yet take no lookup reference.
+    func applyQueued(_ operation: NamespaceOperationSnapshot) {
+        let now = clock.now()
+        locked { table in
+            switch operation.kind {
+            case .mkdir:
+                var created: [(parent: InodeNumber, name: String)] = []
+                if let ino = table.folderCreatingMissing(path: operation.path, generation: 0, created: &created) {
+                    if !created.isEmpty { table.setListed(ino, at: now) }
+                }
+            case .delete, .deleteFolder:
+                if let ino = table.resolve(path: operation.path), table[ino]?.local == .remote { table.detach(ino) }
+            case .move:
+                guard let target = operation.target, let ino = table.resolve(path: operation.path), var node = table.nodes[ino] else { return }
+                var created: [(parent: InodeNumber, name: String)] = []
+                guard let newParent = table.folderCreatingMissing(path: InodeTable.parentPath(target), generation: 0, created: &created),
+                      newParent != ino else { return }
+                let name = String(target[target.index(after: target.lastIndex(of: "/") ?? target.startIndex)...])
+                let key = InodeTable.key(name)
+                if let existing = table.child(of: newParent, key: key), existing != ino { table.detach(existing) }
+                if node.parent != 0 { table.nodes[node.parent]?.children[node.key] = nil }
+                node.parent = newParent
+                node.name = name
+                table.nodes[ino] = node
+                table.nodes[newParent]!.children[key] = ino
+                table.clearNegative(key, in: newParent)
+            }
+        }
+    }
+
+    /// Files and folders at and under `ino` in the tree (what a move of it involves, as far as
+    /// the tree knows).
+    func subtreeCount(_ ino: InodeNumber) -> Int {
+        locked { table in
+            var count = 0
+            var stack = [ino]
+            while let current = stack.popLast() {
+                guard let node = table[current] else { continue }
+                count += 1
+                stack.append(contentsOf: node.children.values)
+            }
+            return count
+        }
+    }
+
     /// Marks a file as holding local bytes of `size` (and `modified`, if given).
     func setLocal(_ ino: InodeNumber, size: UInt64, modified: Date? = nil) {
         locked { table in
@@ -152,10 +225,6 @@ extension MetadataCache {
     /// Number of children a folder has in the tree (for rename onto a folder).
     func childCount(_ ino: InodeNumber) -> Int { locked { $0[ino]?.children.count ?? 0 } }
 
-    /// Whether a folder has children that only exist here so far (pending uploads), for rmdir.
-    func hasLocalChildren(_ ino: InodeNumber) -> Bool {
-        locked { table in table[ino]?.children.values.contains { table[$0]?.local == .dirty } ?? false }
-    }
 }
 
 /// A revision of a file the tree no longer shows (replaced by a newer one, or the file is gone):

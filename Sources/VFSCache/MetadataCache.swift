@@ -143,6 +143,8 @@ final class MetadataCache: @unchecked Sendable {
         let listedRecently = lastListed(dir).map { now - $0 < config.negativeTTL } ?? false
         let knownAbsent = table.negative(key, in: parent).map { now - $0 < config.negativeTTL } ?? false
         guard !trustingListing, !listedRecently, !knownAbsent, let parentPath = table.path(of: parent) else { return .absent }
+        // A folder our queued operations made or moved: Dropbox does not know it yet, the tree does.
+        if localChanges.isPending(parentPath) { return .absent }
         var heldWhole = false
         if case .recursive = tree { heldWhole = true }
         return .stale(parentPath: parentPath, relist: heldWhole || dir.children.count <= config.listPageSize)
@@ -196,6 +198,8 @@ final class MetadataCache: @unchecked Sendable {
         guard node.parent != 0, let parent = table[node.parent] else { lock.unlock(); return node }
         let times = [lastListed(parent), table.confirmedAt(ino)].compactMap { $0 }
         if let newest = times.max(), now - newest < config.directoryTTL { lock.unlock(); return node }
+        // Queued operations of ours touch it: the tree is newer than what Dropbox would say.
+        if let path = table.path(of: ino), localChanges.isPending(path) { lock.unlock(); return node }
         var heldWhole = false
         if case .recursive = tree { heldWhole = true }
         let alone = !heldWhole && parent.children.count > config.listPageSize
@@ -278,6 +282,9 @@ final class MetadataCache: @unchecked Sendable {
             let listed = lastListed(node)
             if let listed, now - listed < maxAge { lock.unlock(); return }
             guard let path = table.path(of: dir) else { lock.unlock(); throw .noEntry }
+            // Made or moved by queued operations of ours: Dropbox has not got it yet (a listing
+            // would say "not found"); what it holds is what the tree shows.
+            if localChanges.isPending(path) { lock.unlock(); return }
             let state = tree
             lock.unlock()
 
@@ -500,6 +507,59 @@ final class MetadataCache: @unchecked Sendable {
     /// A change already made on Dropbox whose tree update is made now (a commit event).
     func recordLocalChange(_ paths: [String]) {
         locked { _ in localChanges.record(paths.map { InodeTable.key($0) }) }
+    }
+
+    /// Queued namespace operations touching `paths`: pending until settled (LocalChangeLog).
+    func addPendingOperations(_ operations: [UInt64], paths: [String]) {
+        guard !operations.isEmpty else { return }
+        let keys = paths.map { InodeTable.key($0) }
+        locked { _ in for operation in operations { localChanges.addPending(operation, keys: keys) } }
+    }
+
+    /// The operation is settled on Dropbox (done, or undone).
+    func settlePendingOperation(_ operation: UInt64) {
+        locked { _ in localChanges.settle(operation) }
+        lock.broadcast()
+    }
+
+    /// Fetches what Dropbox has at each path (a folder with everything under it) and makes the
+    /// tree show it: after a queued operation that did not go as planned (undone, or a move
+    /// whose source was gone). Nodes with local bytes (pending uploads) and the folders holding
+    /// them stay; paths a newer local change touches are left to it. Best effort: a failed fetch
+    /// leaves the tree as it is (logged).
+    func refreshFromDropbox(_ paths: [String]) {
+        for path in paths {
+            let stamp = fetchStamp()
+            var entries: [RemoteEntry] = []
+            do throws(RemoteError) {
+                if let entry = try remote.metadata(path: path) {
+                    entries.append(entry)
+                    if entry.isFolder {
+                        var page = try remote.listFolder(path: path, recursive: true, limit: config.listPageSize)
+                        entries += page.changes.upserts
+                        while page.hasMore {
+                            page = try remote.listFolderContinue(cursor: page.cursor)
+                            entries += page.changes.upserts
+                        }
+                    }
+                }
+            } catch .notFound {
+                entries = []
+            } catch {
+                log.warning("cannot fetch \(path) from Dropbox to show it as it is there: \(error)")
+                continue
+            }
+            applyingFetched(since: stamp) { changed in
+                guard !changed.covers(path) else { return }
+                let generation = table.newGeneration()
+                for entry in entries where !changed.covers(entry.pathDisplay) {
+                    table.apply(.upsert(entry), generation: generation)
+                }
+                if let ino = table.resolve(path: path) {
+                    table.sweepSubtree(ino, olderThan: generation, sparing: table.subtrees(changed))
+                }
+            }
+        }
     }
 
     private static func listingErrno(_ error: RemoteError) -> Errno {

@@ -132,6 +132,15 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
     public func delete(path: String) throws(RemoteError) { try pass { () throws(RemoteError) in try base.delete(path: path) } }
     public func move(from: String, to: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.move(from: from, to: to) } }
     public func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry { try pass { () throws(RemoteError) in try base.copy(from: from, to: to) } }
+    public func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try pass { () throws(RemoteError) in try base.createFolders(paths) }
+    }
+    public func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        try pass { () throws(RemoteError) in try base.deleteBatch(entries) }
+    }
+    public func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try pass { () throws(RemoteError) in try base.moveBatch(entries) }
+    }
     public func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) { try pass { () throws(RemoteError) in try base.spaceUsage() } }
     public func export(path: String) throws(RemoteError) -> ExportedFile { try pass { () throws(RemoteError) in try base.export(path: path) } }
     public func sharedLink(path: String) throws(RemoteError) -> String? { try pass { () throws(RemoteError) in try base.sharedLink(path: path) } }

@@ -193,6 +193,17 @@ public protocol RemoteStore: Sendable {
     func move(from: String, to: String) throws(RemoteError) -> RemoteEntry
     func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry
 
+    /// Namespace changes in batches (the write-back engine's namespace queue). One result per
+    /// entry, in order; a thrown error means no entry's outcome is known. Each has a default
+    /// implementation that makes the single calls one by one (for test fakes).
+    /// Creates the folders (and missing parents); a folder already there is `.conflict`.
+    func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>]
+    /// Deletes the entries; one with `parentRev` (files only) is refused with `.conflict` unless
+    /// the file is still at that rev. nil: deleted.
+    func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?]
+    /// Moves the entries (parents of the targets are created).
+    func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>]
+
     /// Bytes used and allocated on the account.
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64)
 
@@ -204,6 +215,20 @@ public protocol RemoteStore: Sendable {
     /// or nil when it has none (the `user.dropbox.shared_link` attribute: SharedLinks.swift).
     /// Has a default implementation: no links.
     func sharedLink(path: String) throws(RemoteError) -> String?
+}
+
+/// One delete of `deleteBatch`: `parentRev` makes it conditional on the file's rev.
+public struct RemoteDelete: Sendable, Equatable {
+    public var path: String
+    public var parentRev: String?
+    public init(path: String, parentRev: String? = nil) { self.path = path; self.parentRev = parentRev }
+}
+
+/// One move of `moveBatch`.
+public struct RemoteMove: Sendable, Equatable {
+    public var from: String
+    public var to: String
+    public init(from: String, to: String) { self.from = from; self.to = to }
 }
 
 /// What `export` gives: the bytes, and the rev of the file they were made from.
@@ -224,5 +249,28 @@ extension RemoteStore {
         throw .other("\(path): this remote cannot export files")
     }
 
+    public func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        paths.map { path in Result { () throws(RemoteError) in try createFolder(path: path) } }
+    }
+
+    /// One by one; `parentRev` is checked with a metadata call first (not atomic: for fakes).
+    public func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        entries.map { entry in
+            do throws(RemoteError) {
+                if let rev = entry.parentRev {
+                    let current = try metadata(path: entry.path)
+                    if let current, current.isFolder || current.rev != rev { throw .conflict("\(entry.path): not at rev \(rev)") }
+                }
+                try delete(path: entry.path)
+                return nil
+            } catch {
+                return error
+            }
+        }
+    }
+
+    public func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        entries.map { entry in Result { () throws(RemoteError) in try move(from: entry.from, to: entry.to) } }
+    }
     public func sharedLink(path: String) throws(RemoteError) -> String? { nil }
 }

@@ -1,10 +1,12 @@
 /// The write side of the facade: create, write, truncate and utimens, flush, fsync and release,
 /// and the namespace changes (mkdir, unlink, rmdir, rename). File bytes go to staging files of the
 /// `WriteBackEngine`, which journals them at close and uploads them in the background; namespace
-/// changes go to Dropbox at once, around the engine's `remove`/`rename` so no stale upload can
-/// land after them, each as a local change of the metadata cache (`LocalChangeLog`: from the
-/// remote call until the tree shows its result) so no listing or feed batch fetched meanwhile
-/// undoes it. The rules a user sees are in docs/SEMANTICS.md ("Writing").
+/// changes are journaled by the engine too (NamespaceQueue.swift) and sent to Dropbox later, in
+/// order and in batches, while the tree shows them at once. Their paths are pending in the
+/// metadata cache (`LocalChangeLog`) until Dropbox has them, so no listing or feed batch undoes
+/// them meanwhile; one Dropbox refuses is undone and its paths fetched again. Case-only renames
+/// still go to Dropbox at once (CaseOnlyRename.swift). The rules a user sees are in
+/// docs/SEMANTICS.md ("Writing").
 ///
 /// Per file, `LocalFile.lock` serialises the facade's own steps (the first write after a close
 /// fills a new staging file from the old content; later writes wait for that). Lock order:
@@ -433,7 +435,7 @@ extension VFS {
     }
 
     public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply {
-        _ = try requireWriteBack()
+        let writeBack = try requireWriteBack()
         try checkName(name, in: parent)
         if try metadata.child(of: parent, named: name) != nil { throw .exists }
         guard let parentPath = metadata.path(of: parent) else { throw .noEntry }
@@ -442,17 +444,13 @@ extension VFS {
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        let entry: RemoteEntry
-        do throws(RemoteError) {
-            entry = try remote.createFolder(path: path)
-        } catch {
-            if case .conflict = error { throw .exists }
-            logger.warning("mkdir \(path): \(error.description(about: path))\(needsDropbox(error, "making a folder"))")
-            throw Errno(namespaceChange: error)
+        var shown: Result<Node, Errno> = .failure(.noEntry)
+        try writeBack.journalMkdir(path: path) { operations in
+            metadata.addPendingOperations(operations, paths: [path])
+            shown = Result { () throws(Errno) in try metadata.insertLocalFolder(parent: parent, name: name) }
+            changed = [path]
         }
-        let node = try metadata.insertRemote(entry, under: parent)
-        changed = [path]
-        return entryReply(node)
+        return entryReply(try shown.get())
     }
 
     public func unlink(parent: InodeNumber, name: String) throws(Errno) {
@@ -464,15 +462,14 @@ extension VFS {
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.remove(path: path) { () throws(Errno) in
-            writeBack.deliverPendingEvents()
-            try deleteRemote(path, alsoWhenMissing: true)
+        try writeBack.journalUnlink(path: path, rev: { metadata.node(node.ino)?.file?.rev }) { operations in
+            metadata.addPendingOperations(operations, paths: [path])
+            if let file = localFiles.existing(node.ino) {
+                file.withLock { file.unlinked = true; file.writing = false }
+            }
+            dropBlocks(of: metadata.remove(node.ino))
+            changed = [path]
         }
-        if let file = localFiles.existing(node.ino) {
-            file.withLock { file.unlinked = true; file.writing = false }
-        }
-        dropBlocks(of: metadata.remove(node.ino))
-        changed = [path]
         localFiles.dropIfIdle(node.ino)
     }
 
@@ -482,32 +479,19 @@ extension VFS {
         guard node.isDirectory else { throw .notDirectory }
         guard let path = metadata.path(of: node.ino) else { throw .noEntry }
         try requireRemovable(node, from: parent, "rmdir")
-        // Local children (pending uploads) count, and so does anything on the server now:
-        // Dropbox deletes folders recursively, so emptiness is checked there, not in our
-        // (possibly older) listing.
-        if metadata.hasLocalChildren(node.ino) { throw .notEmpty }
-        var remoteChildren = false
-        do throws(RemoteError) {
-            let page = try remote.listFolder(path: path, recursive: false, limit: 1)
-            remoteChildren = page.changes.contains { if case .upsert = $0 { return true } else { return false } }
-        } catch .notFound {
-        } catch {
-            logger.warning("rmdir \(path): \(error.description(about: path))\(needsDropbox(error, "deleting a folder"))")
-            throw Errno(namespaceChange: error)
-        }
-        if remoteChildren {
-            try? metadata.ensureListed(node.ino, maxAge: 0)
-            throw .notEmpty
-        }
+        // Empty in the tree (which the change feed keeps current; pending uploads count). Dropbox
+        // deletes folders recursively, so the queue asks it again right before the delete, and
+        // keeps the folder if anything is in it there (NamespaceDispatcher.swift).
+        try metadata.ensureListed(node.ino)
+        if metadata.childCount(node.ino) > 0 { throw .notEmpty }
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.remove(path: path) { () throws(Errno) in
-            writeBack.deliverPendingEvents()
-            try deleteRemote(path, alsoWhenMissing: true)
+        try writeBack.journalRmdir(path: path) { operations in
+            metadata.addPendingOperations(operations, paths: [path])
+            metadata.remove(node.ino)
+            changed = [path]
         }
-        metadata.remove(node.ino)
-        changed = [path]
     }
 
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags) throws(Errno) {
@@ -541,39 +525,62 @@ extension VFS {
         if source.isDirectory, (to.lowercased() + "/").hasPrefix(from.lowercased() + "/"), from.lowercased() != to.lowercased() {
             throw .invalid   // into itself
         }
-        var moved: RemoteEntry?
+        // Dropbox refuses to move more than this in one go (too_many_files): EXDEV now, so that
+        // `mv` copies and removes, rather than a rename that returns and is undone later.
+        if source.isDirectory, metadata.subtreeCount(source.ino) > config.maxMoveEntries {
+            logger.warning("rename \(from) → \(to): more than \(config.maxMoveEntries) files and folders for one move on Dropbox (too_many_files); EXDEV, so it is copied and removed instead")
+            throw .crossDevice
+        }
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.rename(from: from, to: to) { () throws(Errno) -> [String: WriteBase] in
-            writeBack.deliverPendingEvents()
-            if let target, let targetPath = metadata.path(of: target.ino) {
-                try deleteRemote(targetPath, alsoWhenMissing: true)
+        if WriteBackEngine.isCaseOnlyRename(from: from, to: to) {
+            try renameChangingCase(source, from: from, to: to, newParent: newParent, newName: newName)
+            changed = [from, to]
+            return
+        }
+        let replacing: ReplacedTarget? = target.map { $0.isDirectory ? .folder : .file }
+        try writeBack.journalRename(from: from, to: to, folder: source.isDirectory, replacing: replacing,
+                                    revs: { (metadata.node(source.ino)?.file?.rev, target.flatMap { metadata.node($0.ino)?.file?.rev }) }) { operations in
+            metadata.addPendingOperations(operations, paths: [from, to])
+            dropBlocks(of: metadata.move(source.ino, to: newParent, name: newName, entry: nil))
+            changed = [from, to]
+            if let target, let replaced = localFiles.existing(target.ino) {
+                replaced.withLock { replaced.unlinked = true; replaced.writing = false }
             }
+        }
+    }
+
+    /// A case-only rename goes to Dropbox at once, through a temporary name
+    /// (CaseOnlyRename.swift), once the queued operations on its path are done.
+    private func renameChangingCase(_ source: Node, from: String, to: String, newParent: InodeNumber, newName: String) throws(Errno) {
+        let writeBack = try requireWriteBack()
+        var moved: RemoteEntry?
+        try writeBack.rename(from: from, to: to) { () throws(Errno) -> [String: WriteBase] in
+            guard writeBack.waitForNamespaceOperations(touching: [from], until: Date().addingTimeInterval(Self.caseRenameWait)) else {
+                logger.warning("rename \(from) → \(to): earlier changes there are not on Dropbox yet (offline?); try again later")
+                throw .again
+            }
+            writeBack.deliverPendingEvents()
             do throws(RemoteError) {
-                // Dropbox ignores a move that changes only case: that one goes by a temporary name.
-                let caseOnly = WriteBackEngine.isCaseOnlyRename(from: from, to: to)
-                if caseOnly { metadata.expectCaseRename(of: from) }
-                let entry = caseOnly
-                    ? try writeBack.renameChangingCase(from: from, to: to, using: remote)
-                    : try remote.move(from: from, to: to)
+                metadata.expectCaseRename(of: from)
+                let entry = try writeBack.renameChangingCase(from: from, to: to, using: remote)
                 moved = entry
                 if let rev = entry.rev { return [to: .revision(rev)] }
                 return [:]
             } catch {
                 // A file not uploaded yet only exists here: the engine moves its bytes.
                 if case .notFound = error, !source.isDirectory { return [:] }
-                logger.warning("rename \(from) → \(to): \(error.description(about: from))\(needsDropbox(error, "renaming"))")
+                logger.warning("rename \(from) → \(to): \(error.description(about: from))\(needsDropbox(error, "changing only the case of a name"))")
                 if case .conflict = error { throw .exists }
                 throw Errno(namespaceChange: error)
             }
         }
         dropBlocks(of: metadata.move(source.ino, to: newParent, name: newName, entry: moved))
-        changed = [from, to]
-        if let target, let replaced = localFiles.existing(target.ino) {
-            replaced.withLock { replaced.unlinked = true; replaced.writing = false }
-        }
     }
+
+    /// How long a case-only rename waits for the queued operations on its path.
+    static let caseRenameWait: TimeInterval = 30
 
     /// Drops the cached blocks of revs the tree no longer shows (our own commits, conflicts,
     /// unlinks and renames over a file), from memory and disk: nothing would ever read them again,
@@ -582,22 +589,12 @@ extension VFS {
         for revision in stale { blocks.purge(fileID: revision.fileID, rev: revision.rev) }
     }
 
-    private func deleteRemote(_ path: String, alsoWhenMissing: Bool) throws(Errno) {
-        do throws(RemoteError) {
-            try remote.delete(path: path)
-        } catch {
-            if case .notFound = error, alsoWhenMissing { return }
-            logger.warning("delete \(path): \(error.description(about: path))\(needsDropbox(error, "deleting"))")
-            throw Errno(namespaceChange: error)
-        }
-    }
-
-    /// The end of the log line of a namespace change refused while Dropbox cannot be reached:
-    /// unlike file contents, it cannot wait in the journal (docs/SEMANTICS.md, "Writing").
+    /// The end of the log line of a case-only rename refused while Dropbox cannot be reached: the
+    /// one namespace change that is not journaled (docs/SEMANTICS.md, "Writing").
     private func needsDropbox(_ error: RemoteError, _ what: String) -> String {
         guard case .unavailable = error else { return "" }
         return "; \(what) needs Dropbox, so it fails until Dropbox answers (Network is unreachable); "
-            + "files written meanwhile are kept and uploaded then"
+            + "other changes made meanwhile are kept and sent then"
     }
 
     /// EEXIST for `name` where `existing` differs from it only in case (Swift's `==` already
@@ -651,6 +648,29 @@ extension VFS {
         }
     }
 
+    /// Shows the namespace operations the journal still holds (a crash, or an unmount before
+    /// they reached Dropbox) on the tree, as if just made, registers their paths as pending, and
+    /// lets the engine send them. Call once the saved tree is loaded and before the mount serves
+    /// (and before the changes since the last mount are applied, which must skip those paths).
+    public func showQueuedNamespaceOperations() {
+        guard let writeBack else { return }
+        for operation in writeBack.queuedNamespaceOperations() {
+            metadata.addPendingOperations([operation.sequence], paths: [operation.path] + (operation.target.map { [$0] } ?? []))
+            metadata.applyQueued(operation)
+            logger.info("not on Dropbox yet, shown on the mount: \(operation.kind.rawValue) \(operation.path)\(operation.target.map { " → \($0)" } ?? "")")
+        }
+        writeBack.releaseRecoveredNamespaceOperations()
+    }
+
+    /// A queued namespace operation is settled on Dropbox: its paths are no longer pending, and
+    /// those whose state on Dropbox is not what it made are fetched again (in the background:
+    /// events must not wait on the network).
+    private func namespaceSettled(_ sequence: UInt64, refresh: [String]) {
+        metadata.settlePendingOperation(sequence)
+        guard !refresh.isEmpty else { return }
+        refreshes.async { [metadata] in metadata.refreshFromDropbox(refresh) }
+    }
+
     // MARK: Engine events
 
     func handleWriteBackEvent(_ event: WriteBackEvent) {
@@ -686,6 +706,8 @@ extension VFS {
             dropBlocks(of: metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath))
         case .failed:
             break   // the engine logs it; flush, fsync and sync report it
+        case .namespaceSettled(let sequence, let refresh, _):
+            namespaceSettled(sequence, refresh: refresh)
         }
     }
 }

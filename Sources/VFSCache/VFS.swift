@@ -30,6 +30,9 @@ public final class VFS: FilesystemOperations, Sendable {
     let localFiles = LocalFiles()
     /// The exports of files Dropbox cannot download (ExportedFiles.swift).
     let exported: ExportedFiles
+    /// Fetches of paths whose queued operation did not go as planned (VFS+Write.swift), off the
+    /// engine's event queue.
+    let refreshes = DispatchQueue(label: "dbxfs.namespace-refresh")
     /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
     let sharedLinks: SharedLinks
 
@@ -137,8 +140,13 @@ public final class VFS: FilesystemOperations, Sendable {
                           nodes: metadata.nodeCount, openFiles: open.0, openDirectories: open.1)
     }
 
-    /// Waits for read-ahead and disk-cache writes in flight (tests).
-    func waitUntilIdle() { blocks.waitUntilIdle() }
+    /// Waits for read-ahead and disk-cache writes in flight, and for refreshes of paths after
+    /// namespace operations (tests).
+    func waitUntilIdle() {
+        blocks.waitUntilIdle()
+        writeBack?.deliverPendingEvents()
+        refreshes.sync {}
+    }
 
     // MARK: Attributes
 

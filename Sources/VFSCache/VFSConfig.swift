@@ -83,6 +83,13 @@ public struct VFSConfig: Sendable {
     /// glue then lets the kernel read it directly (passthrough). Off unless the glue can use it.
     public var keepWholeFiles: Bool = false
 
+    // MARK: Writing
+
+    /// A folder rename involving more files and folders than this (as far as the tree knows) is
+    /// refused with EXDEV, so `mv` copies and removes: Dropbox refuses such a move
+    /// (`too_many_files`, files.stone RelocationError: "more than 10,000 files and folders").
+    public var maxMoveEntries: Int = 10_000
+
     // MARK: Misc
 
     /// Told of cache hits, downloads and evictions (CacheObserver.swift); nil: nobody.

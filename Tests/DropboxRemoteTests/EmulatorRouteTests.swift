@@ -198,11 +198,46 @@ struct EmulatorRouteTests {
             if case DropboxError.route(.pathLookup(.notFound), _) = $0 { true } else { false }
         }
         _ = try put("/Ns/x1", "1"); _ = try put("/Ns/x2", "2")
-        let batch = try client.deleteBatch(paths: ["/Ns/x1", "/Ns/x2", "/Ns/none"])
+        let batch = try client.deleteBatch([DeleteArg(path: "/Ns/x1"), DeleteArg(path: "/Ns/x2"), DeleteArg(path: "/Ns/none")])
         #expect(batch.count == 3)
-        #expect(batch[0] == .success(try #require(batch[0].metadata)))
-        guard case .failure(.pathLookup(.notFound)) = batch[2] else { Issue.record("expected not_found, got \(batch[2])"); return }
+        #expect(try batch[0].get().name == "x1")
+        guard case .failure(.route(.pathLookup(.notFound), _)) = batch[2] else { Issue.record("expected not_found, got \(batch[2])"); return }
         #expect(try client.metadataIfExists(path: "/Ns/x1") == nil)
+    }
+
+    @Test func namespaceBatches() throws {
+        // A delete with a stale parent_rev keeps the file; one at its rev deletes it.
+        let first = try put("/Nb/kept", "1")
+        _ = try put("/Nb/kept", "2", mode: .overwrite)
+        let gone = try put("/Nb/gone", "3")
+        let deletes = try client.deleteBatch([DeleteArg(path: "/Nb/kept", parentRev: first.rev),
+                                              DeleteArg(path: "/Nb/gone", parentRev: gone.rev)])
+        guard case .failure(.route(.pathWriteOnDelete(.conflict(.file)), _)) = deletes[0] else {
+            Issue.record("expected a conflict, got \(deletes[0])"); return
+        }
+        #expect(try deletes[1].get().name == "gone")
+        #expect(try client.metadataIfExists(path: "/Nb/kept") != nil)
+
+        // Folders: a synchronous batch, then one run as a job (more than batch_async_over entries).
+        _ = try put("/Nb/file", "f")
+        let small = try client.createFolderBatch(paths: ["/Nb/d1", "/Nb/deep/d2", "/Nb/file"])
+        #expect(try small[0].get().name == "d1" && small[1].get().pathLower == "/nb/deep/d2")
+        guard case .failure(.route(.pathWrite(.conflict(.file)), _)) = small[2] else { Issue.record("got \(small[2])"); return }
+        let many = try client.createFolderBatch(paths: (0..<12).map { "/Nb/many/m\($0)" } + ["/Nb/d1"])
+        #expect(many.prefix(12).allSatisfy { (try? $0.get()) != nil })
+        guard case .failure(.route(.pathWrite(.conflict(.folder)), _)) = many[12] else { Issue.record("got \(many[12])"); return }
+
+        // Moves: each entry its own result; the moved file keeps its id and rev.
+        let a = try put("/Nb/a.txt", "a")
+        let moves = try client.moveBatch([RelocationPath(from: "/Nb/a.txt", to: "/Nb/sub/a2.txt"),
+                                          RelocationPath(from: "/Nb/many", to: "/Nb/many2"),
+                                          RelocationPath(from: "/Nb/none", to: "/Nb/x"),
+                                          RelocationPath(from: "/Nb/d1", to: "/Nb/file")])
+        #expect(try moves[0].get().file?.id == a.id && moves[0].get().file?.rev == a.rev)
+        guard case .folder = try moves[1].get() else { Issue.record("expected a folder"); return }
+        guard case .failure(.route(.fromLookup(.notFound), _)) = moves[2] else { Issue.record("got \(moves[2])"); return }
+        guard case .failure(.route(.to(.conflict(.file)), _)) = moves[3] else { Issue.record("got \(moves[3])"); return }
+        #expect(try client.listFolder(path: "/Nb/many2").entries.count == 12)
     }
 
     @Test func accountSpaceAndRevoke() throws {
@@ -251,10 +286,6 @@ struct EmulatorRouteTests {
             try await group.waitForAll()
         }
     }
-}
-
-extension DeleteBatchEntry {
-    var metadata: Metadata? { if case .success(let m) = self { return m }; return nil }
 }
 
 extension Emulator {

@@ -71,6 +71,23 @@ struct WriteContentionTests {
         #expect(try client.listFolder(path: "/batch").entries.count == 4)
     }
 
+    @Test func refusedEntriesOfNamespaceBatchesAreSentAgain() throws {
+        let client = emulator.client()
+        for i in 0..<3 { _ = try client.upload(CommitInfo(path: "/nsb/f\(i)"), body: .data(Data("\(i)".utf8))) }
+        try contend("batch_entry", count: 2)
+        let folders = try client.createFolderBatch(paths: ["/nsb/d0", "/nsb/d1", "/nsb/d2"])
+        #expect(folders.allSatisfy { (try? $0.get()) != nil })
+        try contend("batch_entry", count: 2)
+        let moves = try client.moveBatch((0..<3).map { RelocationPath(from: "/nsb/f\($0)", to: "/nsb/d\($0)/f") })
+        #expect(moves.allSatisfy { (try? $0.get()) != nil })
+        try contend("batch_entry", count: 2)
+        let deletes = try client.deleteBatch((0..<3).map { DeleteArg(path: "/nsb/d\($0)/f") })
+        #expect(deletes.allSatisfy { (try? $0.get()) != nil })
+        #expect(Set(try client.listFolder(path: "/nsb", recursive: true).entries.map(\.name)) == ["nsb", "d0", "d1", "d2"])
+        let contended = try emulator.stats()["faults"]?["write_contention"]?.int64 ?? 0
+        #expect(contended == 6)
+    }
+
     @Test func batchCommitsGoOneAtATime() throws {
         let client = emulator.client()
         var batches: [[UploadSessionFinishEntry]] = []

@@ -14,16 +14,19 @@ import Testing
         let vfs: VFS
         let directory: URL
         let keepDirectory: Bool
-        init(_ remote: any RemoteStore, directory existing: URL? = nil, log: LogCapture = LogCapture()) throws {
+        init(_ remote: any RemoteStore, directory existing: URL? = nil, log: LogCapture = LogCapture(),
+             holdRecoveredOperations: Bool = false, configure: (inout VFSConfig) -> Void = { _ in }) throws {
             directory = try existing ?? temporaryDirectory()
             keepDirectory = existing != nil
             var writeBack = WriteBackConfiguration()
             writeBack.gatherDelay = 0.02
             writeBack.maxGatherTime = 0.2
             writeBack.retryBaseDelay = 0.01
+            writeBack.retryMaxDelay = 0.2
+            writeBack.holdRecoveredNamespaceOperations = holdRecoveredOperations
             writeBack.logger = log.logger
             let directory = self.directory
-            vfs = try VFS(remote: remote, config: testConfig { $0.cacheDirectory = directory; $0.directoryTTL = 0.5; $0.negativeTTL = 0 },
+            vfs = try VFS(remote: remote, config: testConfig { $0.cacheDirectory = directory; $0.directoryTTL = 0.5; $0.negativeTTL = 0; configure(&$0) },
                           logger: log.logger, clock: .monotonic, writeBack: writeBack)
         }
         func sync() { #expect(vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20)).isEmpty) }
@@ -155,8 +158,9 @@ import Testing
         remote.externalWrite("/gone.txt", "x")
         let w = try Writable(remote)
         try w.vfs.unlink(parent: rootInode, name: "gone.txt")
-        #expect(remote.content("/gone.txt") == nil)
         #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: rootInode, name: "gone.txt") }
+        w.sync()
+        #expect(remote.content("/gone.txt") == nil)
         let dir = try w.vfs.mkdir(parent: rootInode, name: "D").attributes.ino
         #expect(throws: Errno.exists) { try w.vfs.mkdir(parent: rootInode, name: "d") }
         // A pending local child makes it non-empty...
@@ -164,15 +168,120 @@ import Testing
         try close(w.vfs, child.attributes.ino, opened.handle)
         #expect(throws: Errno.notEmpty) { try w.vfs.rmdir(parent: rootInode, name: "D") }
         try w.vfs.unlink(parent: dir, name: "c.txt")
-        // ...and so does a child only the server has.
+        // ...and so does a child only the server has, once the tree shows it.
+        w.sync()
         remote.externalWrite("/D/remote.txt", "theirs")
+        try w.vfs.metadata.ensureListed(dir, maxAge: 0)
         #expect(throws: Errno.notEmpty) { try w.vfs.rmdir(parent: rootInode, name: "D") }
         #expect(remote.content("/D/remote.txt") == Array("theirs".utf8))
         remote.externalDelete("/D/remote.txt")
+        try w.vfs.metadata.ensureListed(dir, maxAge: 0)
         try w.vfs.rmdir(parent: rootInode, name: "D")
-        #expect(try remote.metadata(path: "/D") == nil)
         w.sync()
+        #expect(try remote.metadata(path: "/D") == nil)
         #expect(remote.content("/D/c.txt") == nil)
+    }
+
+    /// A child that reached Dropbox after the tree was last current (the feed had not brought it
+    /// yet) is never deleted by rmdir: the queue finds the folder not empty there, drops the
+    /// delete, and the folder comes back on the mount with what it holds.
+    @Test func rmdirOfAFolderNotEmptyOnDropboxIsUndone() throws {
+        let remote = InMemoryRemote()
+        remote.externalMkdir("/D")
+        let w = try Writable(remote)
+        let dir = try w.vfs.resolve("/D")
+        try w.vfs.metadata.ensureListed(dir, maxAge: 0)
+        // Another device adds a file; the tree has not heard of it yet (no change feed here).
+        remote.externalWrite("/D/theirs.txt", "theirs")
+        try w.vfs.rmdir(parent: rootInode, name: "D")
+        let left = w.vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20), retryingHeld: true)
+        print("sync after the rmdir: \(left.map { "\($0.operation ?? $0.path): \($0.lastError ?? "")" })")
+        #expect(left.map(\.operation) == ["rmdir /D"])
+        #expect(remote.content("/D/theirs.txt") == Array("theirs".utf8))
+        w.vfs.waitUntilIdle()
+        #expect(try w.vfs.readAll(w.vfs.resolve("/D/theirs.txt")) == Array("theirs".utf8))
+    }
+
+    private func names(_ vfs: VFS, _ ino: InodeNumber) throws -> [String] {
+        try vfs.list(ino).map(\.name).filter { $0 != "." && $0 != ".." }.sorted()
+    }
+
+    /// mkdir, rename and unlink return once journaled and show at once; until Dropbox has them,
+    /// no listing from Dropbox (which does not show them yet) undoes them; then they land.
+    @Test func queuedChangesShowAtOnceAndNoListingUndoesThem() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/a.txt", "A")
+        remote.externalWrite("/c.txt", "C")
+        remote.externalWrite("/old/in.txt", "in")
+        let failing = FailingRemote(remote)
+        let w = try Writable(failing)
+        // Dropbox takes no namespace change for now; listings still answer.
+        failing.setRule { name, _ in ["createFolders", "deleteBatch", "moveBatch"].contains(name) ? .unavailable("test: not now") : nil }
+        let d = try w.vfs.mkdir(parent: rootInode, name: "D").attributes.ino
+        try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: [])
+        try w.vfs.unlink(parent: rootInode, name: "c.txt")
+        try w.vfs.rename(parent: rootInode, name: "old", newParent: d, newName: "old", flags: [])
+        for _ in 0..<2 {
+            try w.vfs.metadata.ensureListed(rootInode, maxAge: 0)
+            #expect(try names(w.vfs, rootInode) == ["D", "b.txt"])
+            #expect(try names(w.vfs, d) == ["old"])
+            #expect(try w.vfs.readAll(w.vfs.resolve("/D/old/in.txt")) == bytes("in"))
+            #expect(try w.vfs.readAll(w.vfs.resolve("/b.txt")) == bytes("A"))
+            #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: d, name: "missing") }
+            Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL
+        }
+        #expect(remote.allPaths() == ["/a.txt", "/c.txt", "/old", "/old/in.txt"])
+        failing.setRule { _, _ in nil }
+        w.sync()
+        #expect(remote.allPaths() == ["/b.txt", "/d", "/d/old", "/d/old/in.txt"])
+        try w.vfs.metadata.ensureListed(rootInode, maxAge: 0)
+        #expect(try names(w.vfs, rootInode) == ["D", "b.txt"])
+    }
+
+    /// After a restart (a crash, or an unmount before Dropbox had them) the journaled changes
+    /// show on top of the saved tree before anything is sent, and then land.
+    @Test func journaledChangesShowAfterARestart() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/x.txt", "X")
+        remote.externalWrite("/keep", "K")
+        let failing = FailingRemote(remote)
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        do {
+            let w = try Writable(failing, directory: directory)
+            failing.setRule { name, _ in ["createFolders", "deleteBatch", "moveBatch"].contains(name) ? .unavailable("test: offline") : nil }
+            let n = try w.vfs.mkdir(parent: rootInode, name: "N").attributes.ino
+            try w.vfs.unlink(parent: rootInode, name: "x.txt")
+            try w.vfs.rename(parent: rootInode, name: "keep", newParent: n, newName: "keep", flags: [])
+            #expect(w.vfs.writeBack!.shutdown(drainUntil: Date().addingTimeInterval(0.3)).count == 3)
+        }
+        failing.setRule { _, _ in nil }
+        let again = try Writable(failing, directory: directory, holdRecoveredOperations: true)
+        // As the mount does: the saved tree (here: Dropbox's, which has none of it), then the overlay.
+        try again.vfs.metadata.ensureWholeTree()
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(remote.allPaths() == ["/keep", "/x.txt"])   // held until shown
+        again.vfs.showQueuedNamespaceOperations()
+        #expect(try names(again.vfs, rootInode) == ["N"])
+        #expect(try again.vfs.readAll(again.vfs.resolve("/N/keep")) == bytes("K"))
+        again.sync()
+        #expect(remote.allPaths() == ["/n", "/n/keep"])
+        #expect(try names(again.vfs, rootInode) == ["N"])
+    }
+
+    /// A folder Dropbox would refuse to move in one go (too_many_files) is refused at once with
+    /// EXDEV, so `mv` copies and removes, rather than renamed and undone later.
+    @Test func aFolderOverTheMoveLimitIsCrossDevice() throws {
+        let remote = InMemoryRemote()
+        for i in 0..<4 { remote.externalWrite("/big/f\(i)", "\(i)") }
+        remote.externalWrite("/small/f", "f")
+        let w = try Writable(remote) { $0.maxMoveEntries = 4 }
+        #expect(throws: Errno.crossDevice) {
+            try w.vfs.rename(parent: rootInode, name: "big", newParent: rootInode, newName: "big2", flags: [])
+        }
+        try w.vfs.rename(parent: rootInode, name: "small", newParent: rootInode, newName: "small2", flags: [])
+        w.sync()
+        #expect(remote.allPaths() == ["/big", "/big/f0", "/big/f1", "/big/f2", "/big/f3", "/small2", "/small2/f"])
     }
 
     @Test func renameFilesAndFolders() throws {
@@ -188,6 +297,7 @@ import Testing
             try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: .exchange)
         }
         try w.vfs.rename(parent: rootInode, name: "a.txt", newParent: rootInode, newName: "b.txt", flags: [])
+        w.sync()
         #expect(remote.content("/b.txt") == Array("A".utf8))
         #expect(remote.content("/a.txt") == nil)
         // A file not uploaded yet moves with its pending bytes.
@@ -347,6 +457,7 @@ import Testing
         for round in 0..<3 {
             _ = try createCommitted(w, "t.db-journal", bytes("round \(round)"))
             try w.vfs.unlink(parent: rootInode, name: "t.db-journal")
+            w.sync()
             #expect(remote.content("/t.db-journal") == nil)
         }
         let ino = try createCommitted(w, "t.db-journal", bytes("last"))

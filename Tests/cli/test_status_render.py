@@ -119,6 +119,28 @@ def test_json_passes_the_documented_fields_through(cli, daemon):
     assert mount["cache"] == REPORT["cache"] and mount["account"] == REPORT["account"]
 
 
+def test_queued_namespace_changes_show_with_their_oldest_and_last_error(cli):
+    operations = {"pending": 1012, "oldest_at": "2026-12-02T10:00:01Z", "last_error": "unavailable(\"offline\")",
+                  "first": [{"path": "/build", "size": 0, "state": "pending", "attempts": 3, "open_for_writing": False,
+                             "operation": "rmdir /build"},
+                            {"path": "/a", "size": 0, "state": "failed", "attempts": 1, "open_for_writing": False,
+                             "operation": "rename /a → /b", "last_error": "locked"}]}
+    report = dict(REPORT, uploads=dict(REPORT["uploads"], operations=operations))
+    fake = FakeDaemon(cli.runtime / "dbxfs", report)
+    try:
+        out = cli.run("status").stdout
+        print(out)
+        line = next(line for line in out.splitlines() if line.startswith("  changes"))
+        assert "1012 not on Dropbox yet (mkdir, unlink, rmdir, rename), oldest" in line
+        assert 'last error: unavailable("offline")' in line
+        assert "    rmdir /build  pending" in out and "    rename /a → /b  failed" in out
+        mount = json.loads(cli.run("status", "--json").stdout)["mounts"][0]
+        assert mount["uploads"]["operations"]["pending"] == 1012
+        assert mount["uploads"]["operations"]["first"][1]["operation"] == "rename /a → /b"
+    finally:
+        fake.close()
+
+
 def test_a_mount_without_write_back_says_so(cli):
     report = dict(REPORT)
     del report["uploads"]

@@ -396,6 +396,109 @@ def test_delete_batch_check_unknown_job(dbx):
     assert exc.value.error.is_invalid_async_job_id()
 
 
+def test_delete_batch_with_parent_rev(dbx, base):
+    """DeleteArg.parent_rev in a batch: a file changed since that rev is kept (path_write
+    conflict), one still at it is deleted."""
+    first = dbx.files_upload(b"1", base + "/kept")
+    dbx.files_upload(b"2", base + "/kept", mode=files.WriteMode.overwrite)
+    gone = dbx.files_upload(b"3", base + "/gone")
+    launch = dbx.files_delete_batch([files.DeleteArg(base + "/kept", parent_rev=first.rev),
+                                     files.DeleteArg(base + "/gone", parent_rev=gone.rev)])
+    entries = dbx.files_delete_batch_check(launch.get_async_job_id()).get_complete().entries
+    assert entries[0].is_failure() and entries[0].get_failure().is_path_write()
+    assert entries[0].get_failure().get_path_write().get_conflict().is_file()
+    assert entries[1].is_success() and entries[1].get_success().metadata.rev == gone.rev
+    assert dbx.files_download(base + "/kept")[1].content == b"2"
+
+
+def test_delete_batch_entries_meet_write_contention(dbx, emu, base):
+    dbx.files_upload(b"1", base + "/c1")
+    dbx.files_upload(b"2", base + "/c2")
+    emu.config(write_contention_next=1, write_contention_form="batch_entry")
+    launch = dbx.files_delete_batch([files.DeleteArg(base + "/c1"), files.DeleteArg(base + "/c2")])
+    entries = dbx.files_delete_batch_check(launch.get_async_job_id()).get_complete().entries
+    assert entries[0].get_failure().is_too_many_write_operations()
+    assert entries[1].is_success()
+
+
+# ----- create_folder_batch -----
+def test_create_folder_batch_small_is_synchronous(dbx, base):
+    dbx.files_upload(b"x", base + "/taken")
+    launch = dbx.files_create_folder_batch([base + "/n1", base + "/deep/n2", base + "/N1", base + "/taken"])
+    assert launch.is_complete()
+    entries = launch.get_complete().entries
+    assert [e.is_success() for e in entries] == [True, True, True, False]
+    assert entries[0].get_success().metadata.name == "n1"
+    # "Duplicate path arguments in the batch are considered only once".
+    assert entries[2].get_success().metadata.id == entries[0].get_success().metadata.id
+    assert isinstance(dbx.files_get_metadata(base + "/deep"), files.FolderMetadata)
+    failure = entries[3].get_failure()
+    assert failure.is_path() and failure.get_path().get_conflict().is_file()
+
+
+def test_create_folder_batch_large_or_forced_is_a_job(dbx, emu, base):
+    launch = dbx.files_create_folder_batch([base + "/forced"], force_async=True)
+    assert launch.is_async_job_id()
+    status = dbx.files_create_folder_batch_check(launch.get_async_job_id())
+    assert status.is_complete() and status.get_complete().entries[0].is_success()
+    emu.config(batch_async_over=2)
+    launch = dbx.files_create_folder_batch([base + "/j1", base + "/j2", base + "/forced"])
+    assert launch.is_async_job_id()
+    entries = dbx.files_create_folder_batch_check(launch.get_async_job_id()).get_complete().entries
+    assert [e.is_success() for e in entries] == [True, True, False]
+    assert entries[2].get_failure().get_path().get_conflict().is_folder()
+
+
+def test_create_folder_batch_entries_meet_write_contention(dbx, emu, base):
+    emu.config(write_contention_next=1, write_contention_form="batch_entry")
+    entries = dbx.files_create_folder_batch([base + "/w1", base + "/w2"]).get_complete().entries
+    assert entries[0].get_failure().get_path().is_too_many_write_operations()
+    assert entries[1].is_success()
+
+
+def test_create_folder_batch_check_unknown_job(dbx):
+    with pytest.raises(ApiError) as exc:
+        dbx.files_create_folder_batch_check("dbjid:unknown")
+    assert exc.value.error.is_invalid_async_job_id()
+
+
+# ----- move_batch_v2 -----
+def test_move_batch_v2_moves_and_reports_each_entry(dbx, base):
+    up = dbx.files_upload(b"m", base + "/a.txt")
+    dbx.files_upload(b"n", base + "/dir/in.txt")
+    dbx.files_upload(b"t", base + "/taken.txt")
+    dbx.files_upload(b"u", base + "/b.txt")
+    launch = dbx.files_move_batch_v2([files.RelocationPath(base + "/a.txt", base + "/sub/a2.txt"),
+                                      files.RelocationPath(base + "/dir", base + "/dir2"),
+                                      files.RelocationPath(base + "/none", base + "/x"),
+                                      files.RelocationPath(base + "/b.txt", base + "/taken.txt")])
+    assert launch.is_complete()
+    entries = launch.get_complete().entries
+    moved = entries[0].get_success()
+    assert isinstance(moved, files.FileMetadata) and moved.id == up.id and moved.rev == up.rev
+    assert moved.path_display == base + "/sub/a2.txt"
+    assert isinstance(entries[1].get_success(), files.FolderMetadata)
+    assert dbx.files_download(base + "/dir2/in.txt")[1].content == b"n"
+    missing = entries[2].get_failure()
+    assert missing.is_relocation_error() and missing.get_relocation_error().get_from_lookup().is_not_found()
+    taken = entries[3].get_failure().get_relocation_error()
+    assert taken.is_to() and taken.get_to().get_conflict().is_file()
+    assert dbx.files_download(base + "/taken.txt")[1].content == b"t"
+
+
+def test_move_batch_v2_large_is_a_job_and_meets_contention(dbx, emu, base):
+    for name in ("p", "q", "r"):
+        dbx.files_upload(name.encode(), f"{base}/{name}")
+    emu.config(batch_async_over=2, write_contention_next=1, write_contention_form="batch_entry")
+    launch = dbx.files_move_batch_v2([files.RelocationPath(f"{base}/{n}", f"{base}/moved/{n}") for n in ("p", "q", "r")])
+    assert launch.is_async_job_id()
+    status = dbx.files_move_batch_check_v2(launch.get_async_job_id())
+    entries = status.get_complete().entries
+    assert entries[0].get_failure().is_too_many_write_operations()
+    assert entries[1].is_success() and entries[2].is_success()
+    assert dbx.files_download(base + "/moved/q")[1].content == b"q"
+
+
 # ----- create_folder -----
 def test_create_folder(dbx, base):
     res = dbx.files_create_folder_v2(base + "/New Folder")

@@ -112,11 +112,13 @@ class RandomOperations:
         size = self.rng.choice([0, 1, 17, 1000, 4096, 70_000, 300_000])
         return self.rng.randbytes(size)
 
-    def run(self, count):
+    def run(self, count, exclude=()):
+        """`count` operations; `exclude` names kinds to leave out (offline, `append` and `truncate`
+        would need the old bytes of files only Dropbox has)."""
         ops = [(self.create, 5), (self.overwrite, 3), (self.append, 3), (self.truncate, 2),
                (self.unlink, 2), (self.rename_file, 3), (self.mkdir, 2), (self.rmdir, 1),
                (self.rename_folder, 1)]
-        choices = [op for op, weight in ops for _ in range(weight)]
+        choices = [op for op, weight in ops for _ in range(weight) if op.__name__ not in exclude]
         for _ in range(count):
             op = self.rng.choice(choices)
             op()
@@ -248,7 +250,7 @@ def remote_changes(emu, model, rng, count):
             model.files[target] = model.files.pop(source)
 
 
-def worker(root, subtree, model, seed, count):
+def worker(root, subtree, model, seed, count, exclude=()):
     """One process's share of a round: `count` random operations in `subtree`. Returns the
     subtree's model afterwards and the error that stopped it (None if all succeeded). A
     module-level function so multiprocessing can run it in a spawned process."""
@@ -256,18 +258,19 @@ def worker(root, subtree, model, seed, count):
                     {d for d in model.folders if d == subtree or d.startswith(subtree + "/")})
     ops = RandomOperations(root, subtree, own, random.Random(seed))
     try:
-        ops.run(count)
+        ops.run(count, exclude)
     except AssertionError as error:
         return own, str(error)
     return own, None
 
 
-def run_workers(root, subtrees, model, seed, count):
+def run_workers(root, subtrees, model, seed, count, exclude=()):
     """Runs one worker process per subtree at once; returns the merged model and the errors."""
     import multiprocessing
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(subtrees)) as pool:
-        results = pool.starmap(worker, [(str(root), s, model, seed * 1000 + i, count) for i, s in enumerate(subtrees)])
+        results = pool.starmap(worker, [(str(root), s, model, seed * 1000 + i, count, tuple(exclude))
+                                        for i, s in enumerate(subtrees)])
     merged = TreeModel({k: v for k, v in model.files.items() if not any(k.startswith(s + "/") for s in subtrees)},
                        {d for d in model.folders if not any(d == s or d.startswith(s + "/") for s in subtrees)})
     errors = []

@@ -76,6 +76,8 @@ def test_export_only_files_are_read_only(mnt, emu):
     # Nothing was staged or uploaded over it: Dropbox still has the Paper doc.
     md = emu.api("files/get_metadata", {"path": "/docs/Plan.paper"})
     assert md["is_downloadable"] is False
-    # Renaming and deleting it are Dropbox operations that work on such files.
+    # Renaming and deleting it are Dropbox operations that work on such files (queued: sync waits).
     os.rename(path, os.path.join(mnt.path, "docs", "Renamed.paper"))
+    synced = subprocess.run([mnt.binary, "sync", mnt.path], capture_output=True, text=True, timeout=120)
+    assert synced.returncode == 0, synced.stderr
     assert emu.api("files/get_metadata", {"path": "/docs/Renamed.paper"})["is_downloadable"] is False

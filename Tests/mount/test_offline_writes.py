@@ -1,8 +1,9 @@
-"""Writes while Dropbox cannot be reached: a file written is kept in the journal and uploaded once
-Dropbox answers, while changes of the namespace (mkdir, and so `cp -r` of a folder; rename;
-unlink) go to Dropbox at once and fail. They must fail in a way that says what happened:
-ENETUNREACH ("Network is unreachable", which cp, mkdir and rsync print), a log line that says the
-change needs Dropbox, and `dbxfs status` showing the mount offline and what that means."""
+"""Writes while Dropbox cannot be reached (the emulator stopped): a file written is kept in the
+journal and uploaded once Dropbox answers, and so are changes of the namespace (mkdir, and so
+`cp -r` of a folder; rename; unlink), journaled since issue 15. The one change that still needs
+Dropbox at once, a case-only rename, fails in a way that says what happened: ENETUNREACH
+("Network is unreachable", which mv prints) and a log line that says it needs Dropbox; and
+`dbxfs status` shows the mount offline, what that means, and the changes waiting."""
 
 import errno
 import json
@@ -34,7 +35,7 @@ def offline_emulator(tmp_path):
     emu.stop()
 
 
-def test_folder_changes_offline_fail_with_enetunreach_and_status_says_why(dbxfs_binary, offline_emulator, tmp_path):
+def test_folder_changes_offline_are_kept_and_status_says_why(dbxfs_binary, offline_emulator, tmp_path):
     emu = offline_emulator
     source = tmp_path / "src" / "tree"
     (source / "sub").mkdir(parents=True)
@@ -45,34 +46,42 @@ def test_folder_changes_offline_fail_with_enetunreach_and_status_says_why(dbxfs_
     with m:
         (root / "kept").mkdir()
         (root / "kept" / "old.txt").write_text("old\n")
+        (root / "kept" / "gone.txt").write_text("gone\n")
+        (root / "kept" / "case.txt").write_text("case\n")
         subprocess.run([dbxfs_binary, "sync", m.path], check=True, capture_output=True, timeout=60)
         emu.stop()
         try:
             wait_until(lambda: json.loads(status_of(dbxfs_binary, m.path, "--json"))["mounts"][0].get("offline"), timeout=60)
 
-            # A file is queued: written and closed without error.
+            # A file is queued: written and closed without error; so are folders and renames.
             (root / "queued.txt").write_text("queued while offline\n")
-            # A folder cannot be: cp -r fails on its mkdir, and says why.
             copy = subprocess.run(["cp", "-r", str(source), m.path], capture_output=True, text=True, timeout=120)
-            print(copy.stderr)
-            assert copy.returncode != 0
-            assert "Network is unreachable" in copy.stderr, copy.stderr
+            assert copy.returncode == 0, copy.stderr + m.read_log()[-3000:]
+            os.mkdir(root / "new-folder")
+            os.rename(root / "kept" / "old.txt", root / "kept" / "renamed.txt")
+            os.unlink(root / "kept" / "gone.txt")
+            assert sorted(os.listdir(root / "kept")) == ["case.txt", "renamed.txt"]
+            assert (root / "tree" / "sub" / "b.txt").read_text() == "b\n"
+            # A case-only rename goes to Dropbox at once: it cannot, and says so.
             with pytest.raises(OSError) as failure:
-                os.mkdir(root / "new-folder")
-            assert failure.value.errno == errno.ENETUNREACH
-            with pytest.raises(OSError) as failure:
-                os.rename(root / "kept" / "old.txt", root / "kept" / "renamed.txt")
+                os.rename(root / "kept" / "case.txt", root / "kept" / "CASE.txt")
             assert failure.value.errno == errno.ENETUNREACH
 
             text = status_of(dbxfs_binary, m.path)
             print(text)
             assert "offline since" in text
-            assert "making folders, renaming and deleting need Dropbox" in text
+            assert "folders made, renames and deletions are kept" in text
+            assert "not on Dropbox yet (mkdir, unlink, rmdir, rename)" in text
             log = m.read_log()
-            assert "mkdir /tree" in log and "needs Dropbox" in log, log[-3000:]
+            assert "rename /kept/case.txt → /kept/CASE.txt" in log and "needs Dropbox" in log, log[-3000:]
         finally:
             emu.start()   # same data, same port
         result = subprocess.run([dbxfs_binary, "sync", "--timeout", "120", m.path], capture_output=True, text=True, timeout=150)
         assert result.returncode == 0, result.stderr + m.read_log()[-3000:]
         assert swift_spellings(m.read_log()) == [], swift_spellings(m.read_log())
     assert emu.download("/queued.txt") == b"queued while offline\n"
+    assert emu.download("/tree/sub/b.txt") == b"b\n" and emu.download("/tree/a.txt") == b"a\n"
+    assert emu.download("/kept/renamed.txt") == b"old\n"
+    names = {e["name"] for e in emu.api("files/list_folder", {"path": "/kept"})["entries"]}
+    assert names == {"renamed.txt", "case.txt"}
+    assert "new-folder" in {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}

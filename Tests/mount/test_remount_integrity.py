@@ -10,11 +10,18 @@ and folder operations from several processes at once, each in its own subtree �
 against the model → `dbxfs sync` → check the emulator → unmount → changes by another client
 through the API → remount → check the mount, and a fresh mount with an empty cache, against the
 model.
+
+mkdir, unlink, rmdir and rename return once journaled (issue 15), so two more rounds: one while
+Dropbox answers every request with a 500 (the operations and the new files wait, and land once
+it is back), and one where the daemon is killed (`kill -9`) with all of that pending and the
+next mount on the same cache must show it at once and deliver it: nothing acknowledged is lost.
 """
 
+import json
 import os
 import random
 import subprocess
+import time
 
 import pytest
 
@@ -119,3 +126,72 @@ def test_model_checked_rounds_with_remounts(mounter, emu, seed):
     last = mounter.mount("cache")
     diff = model.describe_difference(read_tree(last.path), "model", "mount")
     assert not diff, f"seed {seed}, final remount:\n" + "\n".join(diff[:30]) + "\n" + last.read_log()
+
+
+OFFLINE = ("append", "truncate")   # need the old bytes of files only Dropbox has
+
+
+def pending_changes(binary, m):
+    result = subprocess.run([binary, "status", "--json", m.path], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["mounts"][0]["uploads"]["operations"]["pending"]
+
+
+@pytest.mark.parametrize("seed", [7])
+def test_model_holds_while_dropbox_is_unreachable_and_after_a_kill(mounter, emu, dbxfs_binary, seed):
+    model = TreeModel(folders=set(SUBTREES))
+    for subtree in SUBTREES:
+        emu.api("files/create_folder_v2", {"path": "/" + subtree})
+    # An ordinary round first, so the later ones work on files Dropbox has (read once, so that
+    # offline reads of them come from the cache).
+    m = mounter.mount("cache")
+    model, errors = run_workers(m.path, SUBTREES, model, seed * 100, count=25)
+    assert not errors, "\n".join(errors) + "\n" + m.read_log()
+    mounter.sync(m)
+    assert not model.describe_difference(read_tree(m.path), "model", "mount")
+
+    # Dropbox unreachable: every request answers 500 while the workers run.
+    emu.config(fail_rate=1.0)
+    try:
+        model, errors = run_workers(m.path, SUBTREES, model, seed * 100 + 1, count=25, exclude=OFFLINE)
+        assert not errors, "\n".join(errors) + "\n" + m.read_log()
+        diff = model.describe_difference(read_tree(m.path), "model", "mount")
+        assert not diff, "while Dropbox is unreachable:\n" + "\n".join(diff[:30]) + "\n" + m.read_log()
+        waiting = pending_changes(dbxfs_binary, m)
+        print(f"changes waiting for Dropbox: {waiting}")
+        assert waiting > 0
+    finally:
+        emu.config(fail_rate=0)
+    mounter.sync(m)
+    diff = model.describe_difference(read_emulator_tree(emu), "model", "emulator")
+    assert not diff, "after Dropbox came back:\n" + "\n".join(diff[:30]) + "\n" + m.read_log()
+    read_tree(m.path)
+    m.stop()
+
+    # Killed with everything pending, then mounted again on the same cache.
+    m = mounter.mount("cache")
+    emu.config(fail_rate=1.0)
+    try:
+        model, errors = run_workers(m.path, SUBTREES, model, seed * 100 + 2, count=25, exclude=OFFLINE)
+        assert not errors, "\n".join(errors) + "\n" + m.read_log()
+        assert pending_changes(dbxfs_binary, m) > 0
+        m.proc.kill()
+        m.stop()
+    finally:
+        emu.config(fail_rate=0)
+    m = mounter.mount("cache")
+    # The changes show before the mount serves; files left in the journal a moment later.
+    deadline = time.monotonic() + 30
+    while True:
+        diff = model.describe_difference(read_tree(m.path), "model", "mount")
+        if not diff or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not diff, "after kill -9 and a remount:\n" + "\n".join(diff[:30]) + "\n" + m.read_log()
+    mounter.sync(m)
+    diff = model.describe_difference(read_emulator_tree(emu), "model", "emulator")
+    assert not diff, "on the emulator after the remount's sync:\n" + "\n".join(diff[:30]) + "\n" + m.read_log()
+    m.stop()
+    fresh = mounter.mount("fresh")
+    diff = model.describe_difference(read_tree(fresh.path), "model", "fresh mount")
+    assert not diff, "on a fresh mount:\n" + "\n".join(diff[:30])

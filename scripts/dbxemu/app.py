@@ -11,7 +11,7 @@ import json
 import secrets
 from collections import namedtuple
 
-from . import routes_account, routes_export, routes_files, routes_sharing, routes_upload_sessions
+from . import routes_account, routes_batches, routes_export, routes_files, routes_sharing, routes_upload_sessions
 from .contention import Contention
 from .path_states import PathStates
 from .errors import RouteError
@@ -25,7 +25,7 @@ from .storage import Store
 Route = namedtuple("Route", "style auth write func")
 
 ROUTES = {}
-for module in (routes_files, routes_upload_sessions, routes_export, routes_account, routes_sharing):
+for module in (routes_files, routes_batches, routes_upload_sessions, routes_export, routes_account, routes_sharing):
     for name, (style, auth, write, func) in module.ROUTES.items():
         ROUTES[name] = Route(style, auth, write, func)
 
@@ -59,7 +59,7 @@ class App:
         """What the tree may hold: the allocation, less what other team members use."""
         return self.account.team_quota(self.allocated())
 
-    # Async jobs (delete_batch, finish_batch v1) finish at once; their results wait for /check.
+    # Async jobs (delete_batch, create_folder_batch, move_batch_v2, finish_batch v1) finish at once; their results wait for /check.
     def save_job(self, result):
         job_id = "dbjid:" + secrets.token_urlsafe(30)
         with self.store.write() as db:

@@ -8,7 +8,8 @@ Dropbox serialises writes per namespace; when too many compete it refuses one wi
   - 409, as the route's own error union: inside WriteError (create_folder_v2 `path`, move/copy
     `to`/`from_write`, upload's UploadWriteFailed `reason`), or as a member of DeleteError and
     UploadSessionFinishError;
-  - per entry of `finish_batch_v2` / `finish_batch` / `delete_batch` results.
+  - per entry of `finish_batch_v2` / `finish_batch` / `delete_batch` / `create_folder_batch` /
+    `move_batch_v2` results.
 Commits of upload batches are also serialised per namespace (files.stone on finish_batch: "should
 be executed serially"; rclone's batcher commits one batch at a time): a batch commit that overlaps
 another gets `too_many_write_operations` too.
@@ -24,7 +25,8 @@ import threading
 from .errors import RateLimited, RouteError
 
 FORMS = ("429", "429_header_only", "409", "batch_entry")
-BATCH_ROUTES = {"files/upload_session/finish_batch", "files/upload_session/finish_batch_v2", "files/delete_batch"}
+BATCH_ROUTES = {"files/upload_session/finish_batch", "files/upload_session/finish_batch_v2", "files/delete_batch",
+                "files/create_folder_batch", "files/move_batch_v2"}
 BATCH_COMMIT_ROUTES = {"files/upload_session/finish_batch", "files/upload_session/finish_batch_v2"}
 TWMO = "too_many_write_operations"
 

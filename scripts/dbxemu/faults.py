@@ -31,6 +31,7 @@ DEFAULTS = {
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
+    "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
     "fail_status": 500,              # the status of those failures (500, 502, 503, 504...)
     "fail_body": "text",             # their body: plain text, an HTML page, or empty

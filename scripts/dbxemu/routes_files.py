@@ -404,18 +404,21 @@ def batch_entries(arg, limit=1000):
     return entries
 
 
-def delete_batch(call):
+def entry_results(call, entries, one, failure=lambda error: error, contended=lambda error: error):
+    """A batch's results, one per entry in order: `success` with what `one(entry)` returns, or
+    `failure` with the entry's error (`failure` wraps it in the batch's error union; `contended`
+    wraps write contention's `too_many_write_operations`, which may refuse any entry)."""
     results = []
-    for entry in batch_entries(args(call)):
-        contended = call.app.contention.entry_failure()
-        if contended is not None:
-            results.append({".tag": "failure", "failure": contended})
+    for entry in entries:
+        refused = call.app.contention.entry_failure()
+        if refused is not None:
+            results.append({".tag": "failure", "failure": contended(refused)})
             continue
         try:
-            results.append({".tag": "success", **delete_one(call.app, entry)})
+            results.append({".tag": "success", **one(entry)})
         except RouteError as err:
-            results.append({".tag": "failure", "failure": err.error})
-    return {".tag": "async_job_id", "async_job_id": call.app.save_job({".tag": "complete", "entries": results})}
+            results.append({".tag": "failure", "failure": failure(err.error)})
+    return results
 
 
 def job_check(call):
@@ -434,23 +437,28 @@ def create_folder_v2(call):
     return {"metadata": metadata(row, tag=False)}
 
 
-def relocate(call, copy):
-    arg = args(call)
+def relocate_one(app, arg, copy, autorename=None):
+    """One move or copy (a RelocationArg, or a RelocationPath of a batch); returns the new top row."""
     from_path = get_field(arg, "from_path", str, required=True)
     to_path = get_field(arg, "to_path", str, required=True)
     paths.check_pattern("from_path", from_path, "write")
     paths.check_pattern("to_path", to_path, "write")
-    store = call.app.store
+    if autorename is None:
+        autorename = get_field(arg, "autorename", bool, False)
+    store = app.store
     with store.lock:
         src = store.resolve(from_path, wrapper="from_lookup")
         if src.row is None:
             raise lookup_error("not_found", "from_lookup")
         if not copy:
-            call.app.path_states.check(src.row["path_lower"], "locked", "from_lookup")
+            app.path_states.check(src.row["path_lower"], "locked", "from_lookup")
         dst = store.resolve(to_path, wrapper="to", write=True)
-        row = store.relocate(src.row, dst, get_field(arg, "autorename", bool, False), copy,
-                             quota=call.app.quota(), max_entries=call.app.settings["move_limit"])
-    return {"metadata": metadata(row)}
+        return store.relocate(src.row, dst, autorename, copy,
+                              quota=app.quota(), max_entries=app.settings["move_limit"])
+
+
+def relocate(call, copy):
+    return {"metadata": metadata(relocate_one(call.app, args(call), copy))}
 
 
 def move_v2(call):
@@ -555,8 +563,6 @@ ROUTES = {
     "files/download": ("download", True, False, download),
     "files/upload": ("upload", True, True, upload),
     "files/delete_v2": ("rpc", True, True, delete_v2),
-    "files/delete_batch": ("rpc", True, True, delete_batch),
-    "files/delete_batch/check": ("rpc", True, False, job_check),
     "files/create_folder_v2": ("rpc", True, True, create_folder_v2),
     "files/move_v2": ("rpc", True, True, move_v2),
     "files/copy_v2": ("rpc", True, True, copy_v2),

@@ -19,7 +19,8 @@ import time
 from . import routes_files
 from .errors import BadRequest, RouteError
 from .hashing import BLOCK_SIZE, ContentHasher
-from .routes_files import MAX_UPLOAD_REQUEST, args, batch_entries, get_field, parse_commit, receive_to_file, verify_hash
+from .routes_files import (MAX_UPLOAD_REQUEST, args, batch_entries, entry_results, get_field, parse_commit, receive_to_file,
+                          verify_hash)
 from .storage import metadata
 
 MAX_SESSION_SIZE = (1 << 41) - (1 << 22)
@@ -297,17 +298,7 @@ def finish(call):
 
 
 def finish_entries(call):
-    results = []
-    for entry in batch_entries(args(call)):
-        contended = call.app.contention.entry_failure()
-        if contended is not None:
-            results.append({".tag": "failure", "failure": contended})
-            continue
-        try:
-            results.append({".tag": "success", **finish_one(call, entry, with_body=False)})
-        except RouteError as err:
-            results.append({".tag": "failure", "failure": err.error})
-    return results
+    return entry_results(call, batch_entries(args(call)), lambda entry: finish_one(call, entry, with_body=False))
 
 
 def finish_batch_v2(call):

@@ -1,5 +1,6 @@
 /// The upload journal: SQLite at `<cacheDir>/journal.sqlite`, one row per dirty file, written
-/// durably (WAL + synchronous=FULL) before `close()` returns. It is what makes write-back survive a
+/// durably (WAL + synchronous=FULL) before `close()` returns, and one row per namespace change
+/// Dropbox has not done yet (`namespace_ops`, NamespaceOperation.swift). It is what makes write-back survive a
 /// kill -9 or a reboot: a new engine on the same cache directory reads every row and resumes.
 ///
 /// A row lives from the close that made the file dirty until Dropbox confirmed the commit of its
@@ -111,6 +112,7 @@ final class UploadJournal: Sendable {
                 source TEXT NOT NULL,
                 target TEXT NOT NULL);
             """)
+        try database.execute(Self.namespaceSchema)
         // Journals written before `sent_hashes` existed.
         let columns = try database.query("PRAGMA table_info(uploads)").compactMap { $0.text("name") }
         if !columns.contains("sent_hashes") {
@@ -191,7 +193,8 @@ final class UploadJournal: Sendable {
     func lastGeneration() throws(SQLiteError) -> UInt64 {
         let saved = try database.query("SELECT value FROM journal_meta WHERE key = 'generation'").first?.uint64("value") ?? 0
         let inRows = try database.query("SELECT MAX(generation) AS g FROM uploads").first?.uint64("g") ?? 0
-        return max(saved, inRows)
+        let inOperations = try database.query("SELECT MAX(sequence) AS g FROM namespace_ops").first?.uint64("g") ?? 0
+        return max(saved, inRows, inOperations)
     }
 
     func saveGeneration(_ generation: UInt64) throws(SQLiteError) {

@@ -58,6 +58,18 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
     var revisionsAfterCommit: [String: [(from: WriteBase, to: String)]] = [:]
+    /// Namespace operations not done on Dropbox yet, oldest first (NamespaceQueue.swift), and the
+    /// path keys they touch (uploads there wait for them).
+    var namespaceOperations: [NamespaceOperation] = []
+    var namespaceKeys = PathOverlapSet()
+    /// Operations read back from the journal wait until the facade showed them on the mount
+    /// (`holdRecoveredNamespaceOperations`, `releaseRecoveredNamespaceOperations`).
+    var namespaceHeld = false
+    /// Operations Dropbox would not take, for `dbxfs sync` to report once (through this sequence).
+    var undoneOperations: [UndoneOperation] = []
+    var undoneReportedThrough: UInt64 = 0
+    /// Runs the checks before a delete batch in parallel (NamespaceDispatcher.swift).
+    let namespacePool: WorkerPool
 
     /// Opens (or creates) the journal and staging area in `cacheDirectory` and resumes every
     /// journaled upload. Staging files no journal row refers to are deleted (a crash while a file
@@ -80,9 +92,11 @@ public final class WriteBackEngine: @unchecked Sendable {
         }
         stagingArea = try StagingArea(cacheDirectory: cacheDirectory)
         let records: [UploadRecord]
+        let operations: [NamespaceOperation]
         do {
             journal = try UploadJournal(cacheDirectory: cacheDirectory)
             records = try journal.allRecords()
+            operations = try journal.allNamespaceOperations()
             generationCounter = try journal.lastGeneration()
         } catch {
             WriteBackLog.error("cannot open the upload journal in \(cacheDirectory.path): \(error)")
@@ -91,7 +105,13 @@ public final class WriteBackEngine: @unchecked Sendable {
         jobPool = WorkerPool(name: "dbxfs-upload", threads: configuration.uploadThreads)
         chunkPool = WorkerPool(name: "dbxfs-chunk",
                                threads: configuration.chunksInFlight * configuration.maxConcurrentLargeUploads)
+        namespacePool = WorkerPool(name: "dbxfs-namespace", threads: 8)
         recover(records)
+        for operation in operations {
+            enqueue(operation)
+            WriteBackLog.info("resuming \(operation.summary) (not done on Dropbox yet)")
+        }
+        namespaceHeld = configuration.holdRecoveredNamespaceOperations && !operations.isEmpty
         // A case-only rename that stopped halfway (CaseOnlyRename.swift) is finished in the
         // background: it needs the network, and the mount must not wait for it.
         if (try? journal.database.query("SELECT 1 FROM case_renames LIMIT 1").isEmpty) == false {
@@ -100,6 +120,9 @@ public final class WriteBackEngine: @unchecked Sendable {
         let dispatcher = Thread { [self] in self.dispatchLoop() }
         dispatcher.name = "dbxfs-writeback"
         dispatcher.start()
+        let namespaceDispatcher = Thread { [self] in self.namespaceLoop() }
+        namespaceDispatcher.name = "dbxfs-namespace"
+        namespaceDispatcher.start()
     }
 
     // MARK: Writing
@@ -375,11 +398,16 @@ public final class WriteBackEngine: @unchecked Sendable {
         let target = generationCounter
         // Everything closed so far is waited for: send it without gathering.
         urgentThrough = max(urgentThrough, target)
+        // Whoever waits for everything comes after the mount's start-up overlay.
+        namespaceHeld = false
         let asked = Date()
         // Closed before the call too, though journaled (with a later generation) only meanwhile.
         let heldCloses = Set(files.values.filter { $0.closeFailure != nil && !$0.writing }.map(ObjectIdentifier.init))
         if retryingHeld {
             for dirty in files.values where dirty.hardError != nil || dirty.closeFailure != nil { dirty.notBefore = .distantPast }
+            for index in namespaceOperations.indices where namespaceOperations[index].hardError != nil {
+                namespaceOperations[index].notBefore = .distantPast
+            }
         }
         condition.broadcast()
         while true {
@@ -389,23 +417,46 @@ public final class WriteBackEngine: @unchecked Sendable {
                 let closedBefore = record.generation <= target || heldCloses.contains(ObjectIdentifier(dirty))
                 return closedBefore && dirty.committedGeneration < record.generation
             }
-            if left.isEmpty { return [] }
+            // Namespace operations journaled before the call (NamespaceQueue.swift).
+            let leftOperations = namespaceOperations.filter { $0.sequence <= target }
             let stuck = left.values.allSatisfy { dirty in
                 (dirty.hardError != nil || dirty.closeFailure != nil) && !dirty.writing && (!retryingHeld || dirty.failedAt >= asked)
-            }
-            if stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
-                return left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
+            } && leftOperations.allSatisfy { $0.hardError != nil && (!retryingHeld || $0.failedAt >= asked) }
+            let done = left.isEmpty && leftOperations.isEmpty
+            if done || stuck || stopped || !condition.wait(until: min(deadline, waitersDeadline)) {
+                var reports = left.map { report($0.key, $0.value) }.sorted { $0.path < $1.path }
+                let queued = Set(leftOperations.map(\.sequence))
+                reports += namespaceReports().filter { queued.contains($0.generation) }
+                // sync names, once, what Dropbox refused since the last sync.
+                if retryingHeld { reports += takeUndone(through: target) }
+                return reports
             }
         }
     }
 
-    /// Retries now every upload held back by a failure that needs time or a person (not the
-    /// refused ones): the mount learnt the cause is gone (new credentials after a relink).
+    /// Operations undone through `sequence` not reported yet, as failed `PendingUpload`s (lock held).
+    private func takeUndone(through sequence: UInt64) -> [PendingUpload] {
+        let reports = undoneOperations.filter { $0.sequence > undoneReportedThrough && $0.sequence <= sequence }.map { undone in
+            var report = PendingUpload(path: undone.path, size: 0, generation: undone.sequence, state: .failed,
+                                       openForWriting: false, attempts: 0, lastError: "undone: \(undone.reason)")
+            report.operation = undone.summary
+            return report
+        }
+        undoneReportedThrough = max(undoneReportedThrough, sequence)
+        return reports
+    }
+
+    /// Retries now every upload and namespace operation held back by a failure that needs time or
+    /// a person (not the refused uploads): the mount learnt the cause is gone (new credentials
+    /// after a relink).
     public func retryHeldUploads() {
         condition.lock(); defer { condition.unlock() }
         for dirty in files.values where dirty.hardError != nil && dirty.record?.state != .refused {
             dirty.hardError = nil
             dirty.notBefore = .distantPast
+        }
+        for index in namespaceOperations.indices where namespaceOperations[index].hardError != nil {
+            namespaceOperations[index].notBefore = .distantPast
         }
         condition.broadcast()
     }
@@ -448,11 +499,12 @@ public final class WriteBackEngine: @unchecked Sendable {
         let errors = recentErrors
         let isOffline = offline
         let paused = pausedUntil > now ? pausedUntil : nil
+        let operations = namespaceReports()
         condition.unlock()
         let conflicts = (try? journal.recentConflicts(limit: 50)) ?? []
         var status = WriteBackStatus(pendingFiles: uploads.count, pendingBytes: uploads.reduce(0) { $0 + $1.size },
                                      transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
-                                     conflicts: conflicts, recentErrors: errors, offline: isOffline)
+                                     conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
         status.pausedUntil = paused
         status.oldestPendingSince = oldest
         return status
@@ -481,8 +533,10 @@ public final class WriteBackEngine: @unchecked Sendable {
         condition.unlock()
         jobPool.stop(dropQueued: true)
         chunkPool.stop(dropQueued: true)
+        // Checks already queued run out (the dispatcher waits for them), and find the engine stopped.
+        namespacePool.stop(dropQueued: false)
         for item in left where item.journaled {
-            WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.path) (\(item.lastError ?? "pending"))")
+            WriteBackLog.warning("not uploaded yet, kept in the journal for the next mount: \(item.operation ?? item.path) (\(item.lastError ?? "pending"))")
         }
         for item in left where !item.journaled {
             WriteBackLog.error("lost: \(item.path) was closed but its close could never be journaled (a full cache disk), so it is not kept for the next mount")
@@ -561,7 +615,7 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// Runs `body` (without the lock) while `keys` and their subtrees are held: no upload of them
     /// starts, and none is in flight.
-    private func holding(_ keys: [String], _ body: () throws(Errno) -> Void) throws(Errno) {
+    func holding(_ keys: [String], _ body: () throws(Errno) -> Void) throws(Errno) {
         condition.lock()
         while keys.contains(where: isHeld) { condition.wait() }
         heldKeys.append(contentsOf: keys)
@@ -614,7 +668,7 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Forgets dirty files whose rows are already gone: chunks, staging files, memory.
-    private func discard(_ doomed: [DirtyFile]) {
+    func discard(_ doomed: [DirtyFile]) {
         for dirty in doomed {
             let key = Self.key(dirty.path)
             try? journal.forgetChunks(staging: dirty.file.name)
@@ -627,7 +681,7 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Puts moved dirty files under their new keys, with the bases the facade returned.
-    private func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
+    func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
         for move in moves {
             let oldKey = Self.key(move.dirty.path)
             if files[oldKey] === move.dirty { files[oldKey] = nil }
@@ -695,6 +749,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             } else {
                 let ready = files.filter { key, dirty in
                     dirty.record != nil && !dirty.writing && dirty.active == nil && dirty.closeFailure == nil && !isHeld(key)
+                        && !waitsForNamespace(key)
                 }.sorted { $0.value.record!.generation < $1.value.record!.generation }
                 for (key, dirty) in ready {
                     // A session streamed while the file was written counts from its start, so the
@@ -815,18 +870,24 @@ enum DropboxChunkRules {
     static let blockSize = 4 * 1024 * 1024
 }
 
-/// One dirty file of a rename, with its row as it will be under the new path.
-private struct PlannedMove {
+/// One dirty file of a rename, with its row as it will be under the new path. The hashes of our
+/// earlier commits stay with it: the move takes a commit that landed unheard along (Dropbox moves
+/// keep the file), so its conflict at the new path is still recognised as our own.
+struct PlannedMove {
     let dirty: DirtyFile
     let newPath: String
-    var newRecord: UploadRecord? {
-        guard var record = dirty.record else { return nil }
-        record.pathKey = WriteBackEngine.key(newPath)
-        record.path = newPath
-        record.commitPath = nil
-        record.state = .pending
-        record.lastError = nil
-        record.sentHashes = []
-        return record
+    var newRecord: UploadRecord?
+
+    init(dirty: DirtyFile, newPath: String) {
+        self.dirty = dirty
+        self.newPath = newPath
+        if var record = dirty.record {
+            record.pathKey = WriteBackEngine.key(newPath)
+            record.path = newPath
+            record.commitPath = nil
+            record.state = .pending
+            record.lastError = nil
+            newRecord = record
+        }
     }
 }

@@ -13,8 +13,9 @@ public struct WriteBackConfiguration: Sendable {
     /// Appends in flight at once, over all large uploads.
     public var chunksInFlight = 4
     /// Threads running small uploads, session uploads of batched files, commits and large-upload
-    /// coordinators.
-    public var uploadThreads = 4
+    /// coordinators. Each small file of a burst costs one upload_session/start round trip before
+    /// the batch commit: at 50 ms, `tar x` of 1000 files took 16.8 s with 4, 5.4 s with 16.
+    public var uploadThreads = 16
     /// Large uploads in progress at once (each one keeps `chunksInFlight` busy on its own).
     public var maxConcurrentLargeUploads = 2
     /// A burst of small files is gathered until no new one arrived for this long...
@@ -28,6 +29,17 @@ public struct WriteBackConfiguration: Sendable {
     public var retryMaxDelay: TimeInterval = 30
     /// Retry delay after a failure that needs time or a person (insufficient space, refused name).
     public var hardFailureRetryDelay: TimeInterval = 60
+    /// Namespace operations (mkdir, unlink, rmdir, rename) are gathered into one batch until none
+    /// came for this long (`rm -rf` and `tar x` issue them back to back; `tar x` makes a folder
+    /// every few tens of milliseconds, its files in between: 20 ms sent 92 batches for 101 folders)...
+    public var namespaceGatherDelay: TimeInterval = 0.15
+    /// ...or for this long in all (unless someone waits: `dbxfs sync`, unmount).
+    public var namespaceMaxGather: TimeInterval = 1
+    /// Entries per namespace batch (Dropbox takes at most 1000 per delete_batch and move_batch_v2).
+    public var maxNamespaceBatch = 1000
+    /// Operations read back from the journal at start wait for `releaseRecoveredNamespaceOperations`
+    /// (the facade shows them on the mount first, so their outcome cannot reach it before they do).
+    public var holdRecoveredNamespaceOperations = false
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

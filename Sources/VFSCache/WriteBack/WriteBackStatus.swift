@@ -12,6 +12,10 @@ public enum WriteBackEvent: Sendable, Equatable {
     /// An attempt failed; the file stays journaled. `willRetry` is false only while the engine is
     /// stopping.
     case failed(path: String, generation: UInt64, error: RemoteError, willRetry: Bool)
+    /// Queued namespace operation `sequence` is over: done on Dropbox (`entry`: what a mkdir or a
+    /// move made, if known), or undone. `refresh` lists the paths whose state on Dropbox is not
+    /// what the operation made: the facade fetches them again.
+    case namespaceSettled(sequence: UInt64, refresh: [String], entry: RemoteEntry?)
 }
 
 /// Why a wait for the write-back ended without the commit.
@@ -73,6 +77,11 @@ public struct PendingUpload: Sendable, Equatable {
     /// False for a close that could not be journaled (FailedCloses.swift): not crash-safe, and
     /// not kept for the next mount if the daemon exits first.
     public var journaled = true
+    /// Set for a queued namespace operation instead of a file ("mkdir /a", "unlink /a/f",
+    /// "rmdir /a", "rename /a → /b"); `generation` is its sequence.
+    public var operation: String?
+    /// When that operation was journaled.
+    public var queuedAt: Date?
     /// When the next attempt may start (after a failure's back-off); nil when it may start now.
     public var nextAttemptAt: Date? = nil
 }
@@ -93,6 +102,8 @@ public struct WriteBackStatus: Sendable, Equatable {
     public var recentErrors: [UploadErrorReport]
     /// The last attempt found Dropbox unreachable; uploads resume on their own.
     public var offline: Bool
+    /// Namespace operations not done on Dropbox yet, oldest first.
+    public var operations: [PendingUpload] = []
     /// Every upload waits until then (Dropbox unreachable, or asking to slow down); nil: none do.
     public var pausedUntil: Date? = nil
     /// When the oldest pending upload's file was first closed with bytes not on Dropbox (nil: none

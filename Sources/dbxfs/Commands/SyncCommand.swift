@@ -77,10 +77,14 @@ enum SyncCommand {
             return 0
         }
         let timedOut = report.waitedSeconds >= seconds - 0.5
-        printError("\(counted(report.left.count, "file", "files")) written to \(target.mountpoint) \(report.left.count == 1 ? "is" : "are") not on Dropbox yet\(timedOut ? " after \(Int(seconds)) s" : ""):")
+        let changes = report.left.filter { $0.operation != nil }.count, files = report.left.count - changes
+        let changed = counted(changes, "change", "changes") + " (mkdir, unlink, rmdir, rename)"
+        let what = changes == 0 ? "\(counted(files, "file", "files")) written to"
+            : files == 0 ? "\(changed) made on" : "\(counted(files, "file", "files")) and \(changed) made on"
+        printError("\(what) \(target.mountpoint) \(report.left.count == 1 ? "is" : "are") not on Dropbox yet\(timedOut ? " after \(Int(seconds)) s" : ""):")
         for item in report.left {
             let why = item.lastError ?? (item.openForWriting ? "still open for writing" : item.state)
-            FileHandle.standardError.write(Data("  \(item.path): \(why)\n".utf8))
+            FileHandle.standardError.write(Data("  \(item.operation ?? item.path): \(why)\n".utf8))
         }
         return 1
     }

@@ -45,6 +45,7 @@ final class FileCommandService: Sendable {
         }
         let shown = mountpoint == "/" ? (file.path.isEmpty ? "/" : file.path) : mountpoint + file.path
         do throws(Failure) {
+            try waitForQueuedChanges(at: file.path, shown: shown)
             switch request.command {
             case "history": reply(client, try history(file, shown: shown))
             case "cat": try cat(file, shown: shown, client: client)
@@ -239,6 +240,24 @@ final class FileCommandService: Sendable {
     }
 
     // MARK: Failures
+
+    /// How long a command waits for the mount's own queued changes at its path.
+    static let queuedChangesWait: TimeInterval = 30
+
+    /// mkdir, unlink, rmdir and rename return before Dropbox has them (docs/WRITEBACK.md,
+    /// "Namespace operations"); a command about that path waits until it does, so `rm f; dbxfs
+    /// trash .` lists f and `mkdir d; dbxfs share d` shares it. Offline (also once the mount finds
+    /// out meanwhile) it says so rather than wait.
+    func waitForQueuedChanges(at path: String, shown: String) throws(Failure) {
+        guard let engine = vfs?.writeBack else { return }
+        let deadline = Date().addingTimeInterval(Self.queuedChangesWait)
+        while !engine.waitForNamespaceOperations(touching: [path], until: min(deadline, Date().addingTimeInterval(0.5))) {
+            try requireOnline()
+            if Date() >= deadline {
+                throw Failure(message: "changes made on the mount at \(shown) are not on Dropbox yet (dbxfs status lists them); try again after dbxfs sync")
+            }
+        }
+    }
 
     func requireOnline() throws(Failure) {
         guard offline.isOffline else { return }

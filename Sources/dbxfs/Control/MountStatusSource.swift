@@ -125,11 +125,15 @@ final class MountStatusSource: Sendable {
             },
             pending: status.uploads.map(pending),
             conflicts: status.conflicts.map { ConflictReport(path: $0.path, copyPath: $0.copyPath, at: $0.at) },
-            errors: status.recentErrors.map { ErrorReport(path: $0.path, message: $0.message, at: $0.at) })
+            errors: status.recentErrors.map { ErrorReport(path: $0.path, message: $0.message, at: $0.at) },
+            operations: OperationsReport(pending: status.operations.count, oldestAt: status.operations.first?.queuedAt,
+                                         lastError: status.operations.compactMap(\.lastError).last,
+                                         first: status.operations.prefix(10).map(pending)))
     }
 
     static func pending(_ upload: PendingUpload) -> PendingReport {
         PendingReport(path: upload.path, size: upload.size, state: upload.state.rawValue, attempts: upload.attempts,
-                      openForWriting: upload.openForWriting, lastError: upload.lastError, nextAttemptAt: upload.nextAttemptAt)
+                      openForWriting: upload.openForWriting, lastError: upload.lastError, operation: upload.operation,
+                      nextAttemptAt: upload.nextAttemptAt)
     }
 }

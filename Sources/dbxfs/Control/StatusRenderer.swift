@@ -42,6 +42,7 @@ enum StatusRenderer {
             return lines.joined(separator: "\n") + "\n"
         }
         lines += uploadLines(uploads, width: width, all: all, now: now)
+        lines += operationLines(uploads, all: all)
         if !uploads.conflicts.isEmpty {
             lines.append(label("conflicts") + "\(uploads.conflicts.count) (ours kept as a conflicted copy)")
             for conflict in uploads.conflicts.prefix(all ? Int.max : 5) {
@@ -80,6 +81,19 @@ enum StatusRenderer {
             text += "; last error" + (connection.lastErrorAt.map { " at \(time($0))" } ?? "") + ": \(error)"
         }
         return wrap(text, first: label("connection"), indent: String(repeating: " ", count: 14), width: width)
+    }
+
+    /// Namespace changes journaled and not on Dropbox yet (docs/WRITEBACK.md, "Namespace
+    /// operations"): how many, since when, the last error, and the oldest ones.
+    private static func operationLines(_ uploads: UploadsReport, all: Bool) -> [String] {
+        guard let operations = uploads.operations, operations.pending > 0 else { return [] }
+        let oldest = operations.oldestAt.map { ", oldest \(time($0))" } ?? ""
+        var lines = [label("changes") + "\(operations.pending) not on Dropbox yet (mkdir, unlink, rmdir, rename)\(oldest)"
+                     + (operations.lastError.map { "; last error: \($0)" } ?? "")]
+        for item in operations.first.prefix(all ? Int.max : 5) {
+            lines.append("    \(item.operation ?? item.path)  \(item.state)")
+        }
+        return lines
     }
 
     private static func uploadLines(_ uploads: UploadsReport, width: Int?, all: Bool, now: Date) -> [String] {

@@ -87,6 +87,20 @@ struct UploadsReport: Codable, Sendable {
     var pending: [PendingReport]
     var conflicts: [ConflictReport]
     var errors: [ErrorReport]
+    /// Namespace changes (mkdir, unlink, rmdir, rename) not on Dropbox yet; omitted by daemons
+    /// older than this field (added 2026-12-02), which sent each change at once.
+    var operations: OperationsReport? = nil
+}
+
+/// The queue of namespace changes not done on Dropbox yet.
+struct OperationsReport: Codable, Sendable {
+    var pending: Int
+    /// When the oldest one was made.
+    var oldestAt: Date?
+    /// The latest attempt's error of any of them, if one failed.
+    var lastError: String?
+    /// The oldest ones (at most 10), each with its `operation`.
+    var first: [PendingReport]
 }
 
 struct TransferReport: Codable, Sendable {
@@ -125,6 +139,9 @@ struct PendingReport: Codable, Sendable {
     var attempts: Int
     var openForWriting: Bool
     var lastError: String?
+    /// Set instead of a file for a namespace change ("mkdir /a", "unlink /a/f", "rmdir /a",
+    /// "rename /a → /b"); `size` is 0. Added 2026-12-01.
+    var operation: String? = nil
     /// When the next attempt may start, after a failure's back-off; omitted when it may start now.
     var nextAttemptAt: Date? = nil
 }

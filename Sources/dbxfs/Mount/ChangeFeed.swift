@@ -1,6 +1,7 @@
 /// The mount's change feed: the persisted metadata tree (`MetadataStore` in the cache
-/// directory) loaded into the VFS before the mount serves, and the `ChangeWatcher` that keeps it
-/// current, started once the FUSE session (and so the kernel notifier) exists.
+/// directory) loaded into the VFS before the mount serves, with the namespace operations still
+/// queued in the journal on top of it, and the `ChangeWatcher` that keeps it current, started
+/// once the FUSE session (and so the kernel notifier) exists.
 import Foundation
 import VFSCache
 
@@ -28,6 +29,9 @@ final class ChangeFeed: Sendable {
         let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: store, offline: offline,
                                     options: ChangeWatcher.Options(longpollTimeout: 30, retryDelay: 1, maxRetryDelay: 2))
         let loaded = watcher.loadPersistedTree()
+        // Namespace operations not on Dropbox yet show on top of the saved tree, and the changes
+        // since the last mount (below) skip their paths: Dropbox plus what is still pending.
+        vfs.showQueuedNamespaceOperations()
         if let loaded {
             logger.info("loaded \(loaded) entries of saved metadata")
             // A remount shows Dropbox as it is now: the changes since the last mount first.

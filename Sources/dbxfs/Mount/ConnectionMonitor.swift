@@ -157,6 +157,6 @@ final class ConnectionMonitor: RequestObserver, Sendable {
     }
 
     /// What works while offline (docs/SEMANTICS.md, "Remote changes, remounts and offline").
-    static let offlineRules = "Cached files can be read and files written are kept and uploaded when it answers; "
-        + "making folders, renaming and deleting need Dropbox and fail meanwhile (Network is unreachable)."
+    static let offlineRules = "Cached files can be read; files written, folders made, renames and deletions are kept "
+        + "and sent when it answers."
 }

@@ -257,6 +257,43 @@ final class DropboxRemoteStore: RemoteStore {
         return try required(copied, to)
     }
 
+    func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        let results: [Result<FolderMetadata, DropboxError>]
+        do { results = try client.createFolderBatch(paths: paths.map(outgoing)) } catch { throw remoteError(error, "(create_folder_batch)") }
+        return zip(results, paths).map { result, path in
+            switch result {
+            case .success(let folder):
+                do throws(RemoteError) { return .success(try required(.folder(folder), path)) } catch { return .failure(error) }
+            case .failure(let error): return .failure(remoteError(error, path))
+            }
+        }
+    }
+
+    func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        let results: [Result<Metadata, DropboxError>]
+        do {
+            results = try client.deleteBatch(entries.map { DeleteArg(path: outgoing($0.path), parentRev: $0.parentRev) })
+        } catch { throw remoteError(error, "(delete_batch)") }
+        return zip(results, entries).map { result, entry in
+            if case .failure(let error) = result { return remoteError(error, entry.path) }
+            return nil
+        }
+    }
+
+    func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        let results: [Result<Metadata, DropboxError>]
+        do {
+            results = try client.moveBatch(entries.map { RelocationPath(from: outgoing($0.from), to: outgoing($0.to)) })
+        } catch { throw remoteError(error, "(move_batch_v2)") }
+        return zip(results, entries).map { result, entry in
+            switch result {
+            case .success(let moved):
+                do throws(RemoteError) { return .success(try required(moved, entry.to)) } catch { return .failure(error) }
+            case .failure(let error): return .failure(remoteError(error, entry.from))
+            }
+        }
+    }
+
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
         do {
             // A team member's df shows the team's (or their own limit's) free space, not the

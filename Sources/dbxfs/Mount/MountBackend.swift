@@ -260,7 +260,11 @@ struct MountBackend: CustomStringConvertible {
         do {
             // Writable unless --read-only: the write-back engine journals in the cache directory
             // and resumes uploads left by an earlier run (killed, or unmounted before they finished).
-            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : WriteBackConfiguration(),
+            // Namespace operations left in the journal wait until the change feed showed them on
+            // the tree (ChangeFeed.prepare), so their outcome cannot reach it before they do.
+            var writeBack = WriteBackConfiguration()
+            writeBack.holdRecoveredNamespaceOperations = true
+            let vfs = try VFS(remote: remote, config: config, logger: logger, writeBack: readOnly ? nil : writeBack,
                               uploadRemote: uploadRemote)
             // After unmount: drain the uploads (bounded), then let queued background work
             // (read-ahead, disk-cache writes) finish.
@@ -288,19 +292,23 @@ struct MountBackend: CustomStringConvertible {
     /// the engine. What is left stays journaled and resumes at the next mount of this cache.
     private static func drainUploads(_ vfs: VFS, until deadline: Date, cacheDirectory: URL?, logger: Logger) {
         guard let engine = vfs.writeBack else { return }
-        let pending = engine.status().pendingFiles
+        let status = engine.status()
+        let pending = status.pendingFiles + status.operations.count
         if pending > 0 {
-            logger.info("unmounting: waiting up to \(Int(max(0, deadline.timeIntervalSinceNow))) s for \(counted(pending, "pending upload", "pending uploads"))")
+            logger.info("unmounting: waiting up to \(Int(max(0, deadline.timeIntervalSinceNow))) s for \(counted(status.pendingFiles, "pending upload", "pending uploads")) and \(counted(status.operations.count, "change", "changes")) (mkdir, unlink, rmdir, rename)")
         }
         let left = engine.shutdown(drainUntil: deadline)
         guard !left.isEmpty else {
-            if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox") }
+            if pending > 0 { logger.info("unmounting: every pending upload is on Dropbox (and every change)") }
             return
         }
         let kept = left.filter(\.journaled), lost = left.filter { !$0.journaled }
         if !kept.isEmpty {
-            let names = kept.map { "\($0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
-            logger.warning("unmounted with \(counted(kept.count, "file", "files")) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
+            let names = kept.map { "\($0.operation ?? $0.path) (\($0.lastError ?? "pending"))" }.joined(separator: ", ")
+            let changes = kept.filter { $0.operation != nil }.count
+            let what = changes == 0 ? counted(kept.count, "file", "files")
+                : "\(counted(kept.count - changes, "file", "files")) and \(counted(changes, "change", "changes"))"
+            logger.warning("unmounted with \(what) not uploaded yet; they stay journaled in \(cacheDirectory?.path ?? "the cache directory") and upload at the next mount with this cache directory: \(names)")
         }
         if !lost.isEmpty {
             // Closes the full cache disk never let us journal (docs/SEMANTICS.md, "Writing").

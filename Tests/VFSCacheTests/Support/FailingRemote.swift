@@ -102,4 +102,13 @@ final class FailingRemote: RemoteStore, Sendable {
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
         try check("spaceUsage", ""); return try inner.spaceUsage()
     }
+    func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try check("createFolders", paths.first ?? ""); return try inner.createFolders(paths)
+    }
+    func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        try check("deleteBatch", entries.first?.path ?? ""); return try inner.deleteBatch(entries)
+    }
+    func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try check("moveBatch", entries.first?.from ?? ""); return try inner.moveBatch(entries)
+    }
 }

@@ -44,7 +44,8 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
 
     /// How many times each operation was called ("metadata", "listFolder", "listFolderContinue",
     /// "download", "upload", "startSession", "appendSession", "finishBatch", "createFolder",
-    /// "delete", "move", "copy", "latestCursor", "longpoll", "spaceUsage").
+    /// "delete", "move", "copy", "createFolders", "deleteBatch", "moveBatch", "latestCursor",
+    /// "longpoll", "spaceUsage").
     func calls(_ name: String) -> Int { lock.lock(); defer { lock.unlock() }; return counts[name] ?? 0 }
     func resetCounts() { lock.lock(); counts = [:]; downloadedBytes = 0; lock.unlock() }
     /// Bytes handed out by `download` since the last `resetCounts`.
@@ -132,7 +133,10 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
 
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
         let key = try begin("download", path)
-        guard let node = nodes[key] ?? nodes.values.first(where: { $0.id == path }) else { lock.unlock(); throw .notFound(path) }
+        // By rev when given, as the real adapter asks ("rev:…"): a file moved meanwhile keeps it.
+        let found = rev.flatMap { rev in nodes.values.first { !$0.isFolder && $0.rev == rev } }
+            ?? nodes[key] ?? nodes.values.first(where: { $0.id == path })
+        guard let node = found else { lock.unlock(); throw .notFound(path) }
         lock.unlock()
         guard !node.isFolder else { throw .notFile(path) }
         if let rev, rev != node.rev { throw .notFound("\(path) at rev \(rev)") }
@@ -198,20 +202,13 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
     func createFolder(path: String) throws(RemoteError) -> RemoteEntry {
         let key = try begin("createFolder", path)
         defer { lock.unlock() }
-        if let existing = nodes[key] { throw .conflict(existing.isFolder ? "path/conflict/folder" : "path/conflict/file") }
-        try makeParentsLocked(of: key, display: path)
-        let node = Node(id: newID(), pathDisplay: path, isFolder: true)
-        nodes[key] = node
-        record(.upsert(entry(key, node)), key)
-        return entry(key, node)
+        return try createFolderLocked(key, path)
     }
 
     func delete(path: String) throws(RemoteError) {
         let key = try begin("delete", path)
         defer { lock.unlock() }
-        guard let node = nodes[key] else { throw .notFound(path) }
-        for childKey in nodes.keys where childKey == key || childKey.hasPrefix(key + "/") { nodes[childKey] = nil }
-        record(.deleted(pathLower: key, pathDisplay: node.pathDisplay), key)
+        try deleteLocked(key, path, parentRev: nil)
     }
 
     func move(from: String, to: String) throws(RemoteError) -> RemoteEntry {
@@ -220,6 +217,39 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
 
     func copy(from: String, to: String) throws(RemoteError) -> RemoteEntry {
         try relocate("copy", from: from, to: to, keepSource: true)
+    }
+
+    // Batches: one counted call each ("createFolders", "deleteBatch", "moveBatch"), entries done
+    // in order like their single calls.
+    func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try batch("createFolders")
+        defer { lock.unlock() }
+        return paths.map { path in
+            Result { () throws(RemoteError) in try createFolderLocked(try Self.validKey(path), path) }
+        }
+    }
+
+    func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        try batch("deleteBatch")
+        defer { lock.unlock() }
+        return entries.map { entry in
+            do throws(RemoteError) {
+                try deleteLocked(try Self.validKey(entry.path), entry.path, parentRev: entry.parentRev)
+                return nil
+            } catch {
+                return error
+            }
+        }
+    }
+
+    func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        try batch("moveBatch")
+        defer { lock.unlock() }
+        return entries.map { entry in
+            Result { () throws(RemoteError) in
+                try relocateLocked(try Self.validKey(entry.from), from: entry.from, to: entry.to, keepSource: false)
+            }
+        }
     }
 
     func spaceUsage() throws(RemoteError) -> (used: UInt64, allocated: UInt64) {
@@ -240,8 +270,35 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
             guard allowRoot else { lock.unlock(); throw .malformedPath("the root has no metadata") }
             return ""
         }
-        guard path.hasPrefix("/"), !path.hasSuffix("/"), !path.contains("//") else { lock.unlock(); throw .malformedPath(path) }
+        do throws(RemoteError) { return try Self.validKey(path) } catch { lock.unlock(); throw error }
+    }
+
+    /// Counts a batch call and returns with the lock HELD.
+    private func batch(_ name: String) throws(RemoteError) {
+        if callDelay > 0 { Thread.sleep(forTimeInterval: callDelay) }
+        lock.lock()
+        count(name)
+    }
+
+    private static func validKey(_ path: String) throws(RemoteError) -> String {
+        guard path.hasPrefix("/"), !path.hasSuffix("/"), !path.contains("//") else { throw .malformedPath(path) }
         return path.lowercased()
+    }
+
+    private func createFolderLocked(_ key: String, _ path: String) throws(RemoteError) -> RemoteEntry {
+        if let existing = nodes[key] { throw .conflict(existing.isFolder ? "path/conflict/folder" : "path/conflict/file") }
+        try makeParentsLocked(of: key, display: path)
+        let node = Node(id: newID(), pathDisplay: path, isFolder: true)
+        nodes[key] = node
+        record(.upsert(entry(key, node)), key)
+        return entry(key, node)
+    }
+
+    private func deleteLocked(_ key: String, _ path: String, parentRev: String?) throws(RemoteError) {
+        guard let node = nodes[key] else { throw .notFound(path) }
+        if let parentRev, node.isFolder || node.rev != parentRev { throw .conflict("path_write/conflict/file") }
+        for childKey in nodes.keys where childKey == key || childKey.hasPrefix(key + "/") { nodes[childKey] = nil }
+        record(.deleted(pathLower: key, pathDisplay: node.pathDisplay), key)
     }
 
     private func count(_ name: String) { counts[name, default: 0] += 1 }
@@ -329,6 +386,10 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
     private func relocate(_ name: String, from: String, to: String, keepSource: Bool) throws(RemoteError) -> RemoteEntry {
         let fromKey = try begin(name, from)
         defer { lock.unlock() }
+        return try relocateLocked(fromKey, from: from, to: to, keepSource: keepSource)
+    }
+
+    private func relocateLocked(_ fromKey: String, from: String, to: String, keepSource: Bool) throws(RemoteError) -> RemoteEntry {
         let toKey = to.lowercased()
         guard let source = nodes[fromKey] else { throw .notFound(from) }
         // As on Dropbox (files.stone on move_v2; takezoh/obsidian-air-sync#47): a case-only move

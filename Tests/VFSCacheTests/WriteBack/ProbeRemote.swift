@@ -76,8 +76,8 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
 
     // MARK: Plumbing
 
-    private func enter(_ operation: String, _ key: String) throws(RemoteError) {
-        if operation != "metadata" { try boundary() }
+    private func enter(_ operation: String, _ key: String, countsAsBoundary: Bool = true) throws(RemoteError) {
+        if operation != "metadata" && countsAsBoundary { try boundary() }
         lock.lock()
         while closedGates.contains(operation) {
             waiting[operation, default: 0] += 1
@@ -143,13 +143,41 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
         try enter("metadata", path); return try inner.metadata(path: path)
     }
     func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
-        try inner.listFolder(path: path, recursive: recursive, limit: limit)
+        try enter("listFolder", path, countsAsBoundary: false)
+        return try inner.listFolder(path: path, recursive: recursive, limit: limit)
     }
     func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try inner.listFolderContinue(cursor: cursor) }
     func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try inner.latestCursor(path: path, recursive: recursive) }
     func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) { try inner.longpoll(cursor: cursor, timeout: timeout) }
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
         try inner.download(path: path, rev: rev, range: range, sink: sink)
+    }
+    /// The namespace batches sent, in order: operation name and the entries' paths.
+    var namespaceBatches: [(operation: String, paths: [String])] { lock.lock(); defer { lock.unlock() }; return batches }
+    private var batches: [(operation: String, paths: [String])] = []
+    private func noteBatch(_ operation: String, _ paths: [String]) { lock.lock(); batches.append((operation, paths)); lock.unlock() }
+
+    // Namespace batches: gates and rules by operation name, with the first entry's path as key.
+    func createFolders(_ paths: [String]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        noteBatch("createFolders", paths)
+        try enter("createFolders", paths.first ?? "")
+        let results = try inner.createFolders(paths)
+        try leave("createFolders", paths.first ?? "")
+        return results
+    }
+    func deleteBatch(_ entries: [RemoteDelete]) throws(RemoteError) -> [RemoteError?] {
+        noteBatch("deleteBatch", entries.map(\.path))
+        try enter("deleteBatch", entries.first?.path ?? "")
+        let results = try inner.deleteBatch(entries)
+        try leave("deleteBatch", entries.first?.path ?? "")
+        return results
+    }
+    func moveBatch(_ entries: [RemoteMove]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {
+        noteBatch("moveBatch", entries.map { "\($0.from)→\($0.to)" })
+        try enter("moveBatch", entries.first?.from ?? "")
+        let results = try inner.moveBatch(entries)
+        try leave("moveBatch", entries.first?.from ?? "")
+        return results
     }
     func createFolder(path: String) throws(RemoteError) -> RemoteEntry { try inner.createFolder(path: path) }
     func delete(path: String) throws(RemoteError) { try inner.delete(path: path) }

@@ -22,6 +22,8 @@ final class WriteBackFixture: Sendable {
         var configuration = WriteBackConfiguration()
         configuration.gatherDelay = 0.05
         configuration.maxGatherTime = 1
+        configuration.namespaceGatherDelay = 0.02
+        configuration.namespaceMaxGather = 0.25
         configuration.retryBaseDelay = 0.01
         configuration.retryMaxDelay = 0.1
         configuration.hardFailureRetryDelay = 0.3
