@@ -277,7 +277,7 @@ def test_rename_flags_and_case_only_rename(writer):
     (writer.path / "y.txt").write_text("y")
     (writer.path / "readme.md").write_text("read me")
     writer.sync()
-    # A file named in another case is an alias with its own inode number (VFSCache/CaseAliases.swift),
+    # A file named in another case is an alias with its own inode number (VFSCache/Facade/CaseAliases.swift),
     # so the kernel passes a case-only rename on instead of treating it as a no-op.
     assert (writer.path / "X.TXT").read_text() == "x"
     assert os.stat(writer.path / "X.TXT").st_ino != os.stat(writer.path / "x.txt").st_ino

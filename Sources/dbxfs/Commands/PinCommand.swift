@@ -1,7 +1,7 @@
 /// `dbxfs pin [--json] [--wait] PATH...`, `dbxfs pin --list [--json] [PATH]` and `dbxfs unpin
 /// [--json] PATH...`: files and folders on the mount kept available offline (docs/SEMANTICS.md,
 /// "Available offline"). The daemon downloads them into its disk cache and keeps them there
-/// (VFSCache/PinnedFiles.swift); these commands only ask it, over the control socket, like the
+/// (VFSCache/Pins/PinnedFiles.swift); these commands only ask it, over the control socket, like the
 /// other file commands (FileCommand.swift).
 import Foundation
 

@@ -9,7 +9,7 @@
 /// - what Dropbox allows: `sharing_info.read_only` and `is_downloadable` become the entry's
 ///   flags; a file that can neither be downloaded nor exported (no `export_info.export_as`) is
 ///   left out of listings, with one log line per file (docs/SEMANTICS.md).
-/// - names no folder can hold (`.`, `..`, empty, with `/` or NUL: DropboxRemote/EntryNames.swift)
+/// - names no folder can hold (`.`, `..`, empty, with `/` or NUL: DropboxRemote/Model/EntryNames.swift)
 ///   never reach the cache layer, from listings, the change feed or a single lookup; each is
 ///   logged once.
 /// The client does the retries (429, 5xx, transport, token refresh), so nothing is retried here.

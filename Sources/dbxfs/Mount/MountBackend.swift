@@ -215,7 +215,7 @@ struct MountBackend: CustomStringConvertible {
         metrics?.addGauges(MountMetrics.Sources(cacheUsage: { vfs?.cacheUsage() }, writeBack: { vfs?.writeBack?.status() },
                                                 feedLag: { feed?.watcher.lag() }, connectionState: { connection.report().state }))
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
-        // passes case-only renames on (VFSCache/CaseAliases.swift).
+        // passes case-only renames on (VFSCache/Facade/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
                                    shutdown: { pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         // A person waits on the file commands: a client that gives up in seconds (FileCommandService).

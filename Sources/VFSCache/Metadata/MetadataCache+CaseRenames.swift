@@ -1,5 +1,5 @@
 /// The change feed while a case-only rename of ours is under way. It goes through a temporary
-/// name (WriteBack/CaseOnlyRename.swift), so the feed can show the halfway state: the item
+/// name (WriteBack/Namespace/CaseOnlyRename.swift), so the feed can show the halfway state: the item
 /// deleted and a `.name.dbxfs-case-…` sibling created. Applied, that would remove the item from
 /// the tree (pending uploads inside a folder included) and show the temporary name, until the
 /// second move's entries put it back. So, from just before the first move until the feed shows
