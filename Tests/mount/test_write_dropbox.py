@@ -455,7 +455,8 @@ def test_a_rewritten_file_keeps_only_its_current_blocks_cached(writer):
     blocks = writer.path.parent / "cache" / "blocks"
     deadline = time.monotonic() + 10
     while True:
-        files = [p for p in blocks.rglob("*") if p.is_file()]
+        # A block still being written is a .tmp- file, renamed into place once whole.
+        files = [p for p in blocks.rglob("*") if p.is_file() and not p.name.startswith(".tmp-")]
         status = json.loads(subprocess.run([writer.binary, "status", "--json", str(writer.path)], capture_output=True,
                                            text=True, timeout=30).stdout)
         cache = status["mounts"][0]["cache"]
