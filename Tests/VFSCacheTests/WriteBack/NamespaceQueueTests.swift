@@ -141,6 +141,48 @@ import Testing
         #expect(fixture.memory.content("/landed.txt") == nil)
     }
 
+    /// test_concurrent_model (seed 12) left a file on Dropbox that the mount had unlinked: its
+    /// second version was written on a base taken before the first version's commit was heard
+    /// (the facade's tree had no rev yet), so the unlink took the file for one Dropbox never had
+    /// and journaled nothing. Our own commits at the path say otherwise.
+    @Test func anUnlinkAfterOurCommitLandedDeletesItWhateverTheDirtyBaseSays() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        // A long gather window: the second version is still waiting to be sent at the unlink.
+        let engine = try fixture.engine { $0.gatherDelay = 30; $0.maxGatherTime = 30 }
+        defer { engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/f.txt", bytes("first"))
+        _ = engine.waitForAll(deadline: Date().addingTimeInterval(20), retryingHeld: true)
+        #expect(fixture.memory.content("/f.txt") == bytes("first"))
+        // The facade began the next version before it heard of that commit: base .newFile.
+        try fixture.put(engine, "/f.txt", bytes("second"), base: .newFile)
+        try engine.journalUnlink(path: "/f.txt", rev: { nil }) { _ in }
+        #expect(sync(engine).isEmpty)
+        #expect(fixture.memory.content("/f.txt") == nil, "the unlinked file is still on Dropbox")
+    }
+
+    /// A dirty version's base can predate commits of ours that landed since (a version closed
+    /// while the previous one's commit was in flight keeps the base it began with; the commit
+    /// rebases it when it goes). What an unlink or a rename journals must go by those commits,
+    /// or a file Dropbox has is taken for one it never had and nothing is sent: the emulator
+    /// kept a file the mount had replaced and unlinked (test_concurrent_model, seed 12).
+    @Test func aDirtyVersionsStaleBaseDoesNotHideOurCommitsFromAnUnlink() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.closeGate("upload")   // the dirty version stays pending
+        let engine = try fixture.engine()
+        defer { fixture.probe.openGate("upload"); engine.shutdown(drainUntil: nil) }
+        try fixture.put(engine, "/f.txt", bytes("second"), base: .newFile)
+        #expect(fixture.probe.waitUntilBlocked("upload"))
+        engine.condition.lock()
+        // As after the first version's commit landed as r1, then one of ours updated it to r2.
+        engine.revisionsAfterCommit["/f.txt"] = [(from: .newFile, to: "r1"), (from: .revision("r1"), to: "r2")]
+        let presence = engine.remotePresence("/f.txt", cleanRev: nil)
+        engine.revisionsAfterCommit["/f.txt"] = [(from: .revision("r0"), to: "r2")]   // the chain's start forgotten
+        let trimmed = engine.remotePresence("/f.txt", cleanRev: nil)
+        engine.condition.unlock()
+        #expect(presence.onDropbox && presence.parentRev == "r2")
+        #expect(trimmed.onDropbox && trimmed.parentRev == "r2")
+    }
+
     @Test func aLocalFileRenamedOntoAnotherIsOneUpdate() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let index = fixture.memory.externalWrite("/repo/index", bytes("old index"))

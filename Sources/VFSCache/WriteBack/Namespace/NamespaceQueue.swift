@@ -178,10 +178,23 @@ extension WriteBackEngine {
     /// the facade's rev (moved forward past our own commits it may not have seen yet).
     func remotePresence(_ key: String, cleanRev: String?) -> RemotePresence {
         if let dirty = files[key] {
-            return RemotePresence(base: dirty.record?.base ?? dirty.newBase, hashes: dirty.record?.sentHashes ?? [])
+            // A dirty version keeps the base it began with while commits of ours land before it
+            // goes (its own commit rebases then): what Dropbox holds is past them.
+            return RemotePresence(base: latestOwn(dirty.record?.base ?? dirty.newBase, key: key),
+                                  hashes: dirty.record?.sentHashes ?? [])
         }
         let shown: WriteBase = if let cleanRev, !cleanRev.isEmpty { .revision(cleanRev) } else { .newFile }
-        return RemotePresence(base: translate(shown, key: key), hashes: [])
+        return RemotePresence(base: latestOwn(shown, key: key), hashes: [])
+    }
+
+    /// `base` moved past our own commits at `key`; a base that still says "nothing on Dropbox"
+    /// while a commit of ours landed there (the chain's start forgotten) becomes that commit's
+    /// rev, so an unlink or rename is never skipped over a file we put there. If someone changed
+    /// it since, the operation's parent_rev check keeps theirs.
+    private func latestOwn(_ base: WriteBase, key: String) -> WriteBase {
+        let translated = translate(base, key: key)
+        if translated == .newFile, let last = revisionsAfterCommit[key]?.last, !last.to.isEmpty { return .revision(last.to) }
+        return translated
     }
 
     /// Writes the drafts as operations (with new sequences from the generation counter), and the
