@@ -19,7 +19,8 @@
 ///
 /// What Dropbox holds of a file is known from the engine's own state when the file is dirty (its
 /// base rev, and the hashes of commits whose replies were lost), else from the facade's tree (the
-/// rev it shows, asked for once the engine's pending events reached the tree: `revs`). A file
+/// rev it shows, asked for once the engine's pending events reached the tree: `revs`); either is
+/// moved past the commits of ours that landed at the path since (`latestOwn`). A file
 /// Dropbox never had needs no operation at all: unlinking or
 /// renaming a file that is still only local costs nothing remote, and renaming such a file onto
 /// an existing one becomes one commit that updates the target's rev (no delete, no move).
