@@ -51,7 +51,10 @@ extension MetadataCache {
             let key = InodeTable.key(entry.name)
             if let existing = table.child(of: parent, key: key), let node = table[existing] {
                 guard node.local == .remote else {
-                    log.info("remote change to \(entry.pathDisplay) left to the write-back engine (local changes pending)")
+                    // Debug, not info: it fires for every echo of our own commits while a later
+                    // version is still pending (a file written often logs it each time); the
+                    // engine logs what matters itself (a conflict, a refused upload).
+                    log.debug("remote change to \(entry.pathDisplay) left to the write-back engine (local changes pending)")
                     return
                 }
                 if node.isDirectory != entry.isFolder {
@@ -87,7 +90,7 @@ extension MetadataCache {
         case .deleted(_, let pathDisplay):
             guard !pathDisplay.isEmpty, let ino = table.resolve(path: pathDisplay), let node = table[ino] else { return }
             guard node.local == .remote else {
-                log.info("remote delete of \(pathDisplay) left to the write-back engine (local changes pending)")
+                log.debug("remote delete of \(pathDisplay) left to the write-back engine (local changes pending)")
                 return
             }
             result.invalidations.append(.deleted(parent: node.parent, child: ino, name: node.name))
