@@ -10,6 +10,7 @@
 ///
 /// The index lives in memory under `lock`; file I/O happens outside it. A block whose file has
 /// vanished or has the wrong length is treated as a miss and forgotten.
+import ContentHash
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -156,9 +157,12 @@ final class DiskBlockCache: @unchecked Sendable {
         return fstat(fd, &status) == 0 ? Int(status.st_size) : nil
     }
 
+    /// Whether the block is on disk, as a block file or inside its revision's whole-file copy
+    /// (which `read` serves it from: a random reader must read it there rather than download).
     func contains(_ key: BlockKey) -> Bool {
         lock.lock(); defer { lock.unlock() }
         return index.contains(key)
+            || key.index != Self.wholeFileIndex && index.contains(BlockKey(fileID: key.fileID, rev: key.rev, index: Self.wholeFileIndex))
     }
 
     /// Test hook run by `write` before it touches the disk (to simulate a slow disk).
@@ -328,6 +332,70 @@ final class DiskBlockCache: @unchecked Sendable {
         lock.unlock()
         remove(blockFiles + victims)
         return !victims.contains(key)
+    }
+
+    /// Takes the bytes the mount wrote and Dropbox committed as revision `rev` (a staging file
+    /// handed over by the write-back engine, `size` bytes) as that revision's whole-file copy,
+    /// so reading back what was just written costs no download (docs/VFSCACHE.md, "Bytes the
+    /// mount wrote"). `move`: the file is the cache's now, renamed into place (one directory
+    /// update, whatever its size); otherwise something else may still write to it (an open
+    /// handle of the file), so it is copied and the copy's content hash must be `contentHash`.
+    /// Same budget and LRU as every block; over half the budget it is not kept (as any whole
+    /// file). `source` is gone afterwards either way. Returns whether the copy is in place.
+    @discardableResult
+    func adoptWholeFile(fileID: String, rev: String, size: UInt64, contentHash: String?, from source: String, move: Bool) -> Bool {
+        defer { unlink(source) }
+        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
+        var status = stat()
+        guard stat(source, &status) == 0, UInt64(status.st_size) == size else {
+            log.warning("disk cache: not keeping \(source): it is not \(size) bytes long")
+            return false
+        }
+        let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
+        var moved = false
+        let failure = createAtomically(url(for: key)) { path in
+            if move, rename(source, path) == 0 { moved = true; return true }
+            // Copied (or the cache on another file system than the staging files): checked
+            // against the revision's hash as it is copied.
+            guard let contentHash else { return false }
+            return Self.copyChecked(from: source, to: path, size: size, contentHash: contentHash)
+        }
+        if let failure {
+            log.debug("disk cache: not keeping \(source) as rev \(rev): \(failure)")
+            return false
+        }
+        lock.lock()
+        index.insert(key, size: Int(size))
+        let victims = evictLocked()
+        lock.unlock()
+        remove(victims)
+        log.debug("disk cache: kept the committed bytes of rev \(rev) (\(size) bytes, \(moved ? "moved" : "copied"))")
+        return !victims.contains(key)
+    }
+
+    /// Copies `size` bytes from `source` to a new file at `path`, hashing them on the way; true if
+    /// they are all there and their content hash is `contentHash`. One pass through a 4 MiB
+    /// buffer: the check needs the bytes in memory anyway, so an in-kernel copy would cost a
+    /// second read.
+    private static func copyChecked(from source: String, to path: String, size: UInt64, contentHash: String) -> Bool {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { return false }
+        defer { close(input) }
+        let output = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard output >= 0 else { return false }
+        defer { close(output) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: DropboxContentHasher.blockSize, alignment: 4096)
+        defer { buffer.deallocate() }
+        var hasher = DropboxContentHasher()
+        var offset: UInt64 = 0
+        while offset < size {
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[..<Int(min(UInt64(buffer.count), size - offset))])
+            guard readFully(input, into: piece, at: off_t(offset)) == piece.count,
+                  writeFully(output, UnsafeRawBufferPointer(piece), at: off_t(offset)) else { return false }
+            hasher.update(UnsafeRawBufferPointer(piece))
+            offset += UInt64(piece.count)
+        }
+        return hasher.finalize() == contentHash
     }
 
     /// Drops one block (written after a purge of its file began).
