@@ -129,6 +129,30 @@ import Testing
         #expect(try w.vfs.readAll(ino) == data)   // downloaded, as before
     }
 
+    @Test func aCopiedFileIsKeptOnlyIfItsBytesHaveTheRevisionsContentHash() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let disk = try DiskBlockCache(directory: directory, blockSize: 64 << 10, budget: 10 << 20, log: LogCapture().logger)
+        let data = testBytes(100_000, seed: 9)
+        let source = directory.appendingPathComponent("bytes").path
+        func adopt(rev: String, hash: String, size: UInt64 = 100_000) throws -> Bool {
+            try Data(data).write(to: URL(fileURLWithPath: source))
+            let kept = disk.adoptWholeFile(fileID: "id:f", rev: rev, size: size, contentHash: hash, from: source, move: false)
+            #expect(!FileManager.default.fileExists(atPath: source))
+            return kept
+        }
+        // Other bytes than the rev's (written after the hand-over): not kept.
+        #expect(try !adopt(rev: "r1", hash: DropboxContentHasher.hash(testBytes(100_000, seed: 10))))
+        #expect(disk.usage.bytes == 0)
+        // Not the rev's size: not kept.
+        #expect(try !adopt(rev: "r2", hash: DropboxContentHasher.hash(data), size: 99_999))
+        #expect(disk.usage.bytes == 0)
+        #expect(try adopt(rev: "r3", hash: DropboxContentHasher.hash(data)))
+        #expect(disk.readArray(BlockKey(fileID: "id:f", rev: "r3", index: 1), length: 100_000 - (64 << 10)) == Array(data[(64 << 10)...]))
+        #expect(disk.contains(BlockKey(fileID: "id:f", rev: "r3", index: 0)))
+        #expect(!disk.contains(BlockKey(fileID: "id:f", rev: "r1", index: 0)))
+    }
+
     @Test func bytesACrashLeftBetweenTheCommitAndTheAdoptionAreRemovedAtTheNextStart() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
