@@ -750,6 +750,31 @@ def test_full_cache_disk_gives_enospc(dbxfs_binary, wemu, tmp_path):
             force_unmount(str(mnt))
 
 
+
+def test_copies_of_written_files_never_take_the_cache_disks_last_space(dbxfs_binary, wemu, tmp_path):
+    """The bytes of each commit are kept in the disk cache (docs/VFSCACHE.md, "Bytes the mount
+    wrote"), but never at the cost of later writes: a cache directory on a disk smaller than
+    --cache-size took the copies until the disk was full, and the next write failed with ENOSPC
+    where, before the copies, each commit freed its staging file."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with small_disk(tmp_path / "cache-disk", "40m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache), env=dropbox_env()) as m:
+                files = {f"fill/f{i}.bin": random.Random(300 + i).randbytes(4 << 20) for i in range(12)}
+                (mnt / "fill").mkdir()
+                for name, data in files.items():
+                    (mnt / name).write_bytes(data)
+                    sync = subprocess.run([dbxfs_binary, "sync", str(mnt)], capture_output=True, text=True, timeout=120)
+                    assert sync.returncode == 0, sync.stdout + sync.stderr + m.read_log()
+                for name, data in files.items():
+                    assert wemu.download("/" + name) == data, name
+                # Some copies were kept all the same.
+                kept = [p for p in (cache / "blocks").rglob("*") if p.is_file() and not p.name.startswith(".tmp-")]
+                assert kept, m.read_log()
+        finally:
+            force_unmount(str(mnt))
+
 def test_insufficient_space_stays_journaled_and_shows_at_fsync(writer):
     used = sum(e["size"] for e in remote_files(writer.emu, "").values())
     writer.emu.config(quota=used + 1000)

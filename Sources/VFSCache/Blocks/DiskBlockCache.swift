@@ -351,6 +351,10 @@ final class DiskBlockCache: @unchecked Sendable {
             log.warning("disk cache: not keeping \(source): it is not \(size) bytes long")
             return false
         }
+        guard leavesRoomForWrites(keeping: size, alreadyOnDisk: move) else {
+            log.debug("disk cache: not keeping the committed bytes of rev \(rev): the cache's disk is nearly full")
+            return false
+        }
         let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
         var moved = false
         let failure = createAtomically(url(for: key)) { path in
@@ -371,6 +375,21 @@ final class DiskBlockCache: @unchecked Sendable {
         remove(victims)
         log.debug("disk cache: kept the committed bytes of rev \(rev) (\(size) bytes, \(moved ? "moved" : "copied"))")
         return !victims.contains(key)
+    }
+
+    /// Whether keeping `size` more bytes (already on the disk when `alreadyOnDisk`: a staging
+    /// file renamed into place) still leaves the file system the cache lives on free space for
+    /// that many bytes again plus a tenth of its size (at most 1 GiB). Without a commit freeing
+    /// its staging file, a cache on a disk smaller than its budget would otherwise fill it with
+    /// copies and fail the next write with ENOSPC
+    /// (test_copies_of_written_files_never_take_the_cache_disks_last_space).
+    private func leavesRoomForWrites(keeping size: UInt64, alreadyOnDisk: Bool) -> Bool {
+        var info = statvfs()
+        guard statvfs(root.path, &info) == 0 else { return false }
+        let available = UInt64(info.f_bavail) * UInt64(info.f_frsize)
+        let reserve = min(UInt64(info.f_blocks) * UInt64(info.f_frsize) / 10, 1 << 30)
+        let after = alreadyOnDisk ? available : available - min(available, size)
+        return after >= reserve + size
     }
 
     /// Copies `size` bytes from `source` to a new file at `path`, hashing them on the way; true if
