@@ -354,6 +354,7 @@ final class BlockStore: @unchecked Sendable {
             disk.adoptWholeFile(fileID: fileID, rev: rev, size: size, contentHash: contentHash, from: source.path, move: true)
             return
         }
+        guard access(source.path, F_OK) == 0 else { return }   // nothing was handed over
         let submitted = wholeFileWriter.submit {
             disk.adoptWholeFile(fileID: fileID, rev: rev, size: size, contentHash: contentHash, from: source.path, move: false)
         }

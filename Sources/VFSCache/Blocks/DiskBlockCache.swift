@@ -42,8 +42,18 @@ final class DiskBlockCache: @unchecked Sendable {
     // MARK: Naming
 
     private static func hex(_ text: String) -> String {
-        text.utf8.map { String(format: "%02x", $0) }.joined()
+        var digits: [UInt8] = []
+        digits.reserveCapacity(text.utf8.count * 2)
+        for byte in text.utf8 {
+            digits.append(hexDigits[Int(byte >> 4)])
+            digits.append(hexDigits[Int(byte & 0x0f)])
+        }
+        return String(decoding: digits, as: UTF8.self)
     }
+
+    /// Lowercase hex digits; a table, not `String(format:)` per byte (block paths are made for
+    /// every disk read and write).
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private static func unhex(_ text: Substring) -> String? {
         guard text.count % 2 == 0 else { return nil }
@@ -344,29 +354,31 @@ final class DiskBlockCache: @unchecked Sendable {
     /// file). `source` is gone afterwards either way. Returns whether the copy is in place.
     @discardableResult
     func adoptWholeFile(fileID: String, rev: String, size: UInt64, contentHash: String?, from source: String, move: Bool) -> Bool {
-        defer { unlink(source) }
-        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
+        defer { unlink(source) }   // after a move, nothing is left there
         var status = stat()
-        guard stat(source, &status) == 0, UInt64(status.st_size) == size else {
-            log.warning("disk cache: not keeping \(source): it is not \(size) bytes long")
+        guard stat(source, &status) == 0 else { return false }   // nothing was handed over
+        guard UInt64(status.st_size) == size else {
+            log.warning("disk cache: not keeping \(source) as rev \(rev): it is not \(size) bytes long")
             return false
         }
+        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
         guard leavesRoomForWrites(keeping: size, alreadyOnDisk: move) else {
             log.debug("disk cache: not keeping the committed bytes of rev \(rev): the cache's disk is nearly full")
             return false
         }
         let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
-        var moved = false
-        let failure = createAtomically(url(for: key)) { path in
-            if move, rename(source, path) == 0 { moved = true; return true }
-            // Copied (or the cache on another file system than the staging files): checked
+        let moved = move && moveIntoPlace(source, as: key)
+        if !moved {
+            // Copied (or the cache is on another file system than the staging files): checked
             // against the revision's hash as it is copied.
             guard let contentHash else { return false }
-            return Self.copyChecked(from: source, to: path, size: size, contentHash: contentHash)
-        }
-        if let failure {
-            log.debug("disk cache: not keeping \(source) as rev \(rev): \(failure)")
-            return false
+            let failure = createAtomically(url(for: key)) { path in
+                Self.copyChecked(from: source, to: path, size: size, contentHash: contentHash)
+            }
+            if let failure {
+                log.debug("disk cache: not keeping \(source) as rev \(rev): \(failure) (or not its content hash)")
+                return false
+            }
         }
         lock.lock()
         index.insert(key, size: Int(size))
@@ -375,6 +387,21 @@ final class DiskBlockCache: @unchecked Sendable {
         remove(victims)
         log.debug("disk cache: kept the committed bytes of rev \(rev) (\(size) bytes, \(moved ? "moved" : "copied"))")
         return !victims.contains(key)
+    }
+
+    /// Renames a whole file into place as `key`: a rename is atomic by itself, so no temporary.
+    /// Syscalls only (mkdir, rename): this runs once per commit, on the write-back engine's
+    /// event queue, which namespace changes wait for. Eviction removes a file's folder with its
+    /// last block; if that happened between the mkdir and the rename, once more.
+    private func moveIntoPlace(_ source: String, as key: BlockKey) -> Bool {
+        let folder = folder(forFileID: key.fileID).path
+        let target = folder + "/\(Self.hex(key.rev))-\(key.index)"
+        for _ in 0..<2 {
+            guard mkdir(folder, 0o777) == 0 || errno == EEXIST else { return false }
+            if rename(source, target) == 0 { return true }
+            guard errno == ENOENT, access(source, F_OK) == 0 else { return false }
+        }
+        return false
     }
 
     /// Whether keeping `size` more bytes (already on the disk when `alreadyOnDisk`: a staging

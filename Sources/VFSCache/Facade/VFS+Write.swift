@@ -686,8 +686,8 @@ extension VFS {
     /// between downloads, as before.
     private func adoptCommittedBytes(generation: UInt64, entry: RemoteEntry, ino: InodeNumber?) {
         guard let writeBack, writeBack.configuration.handOverCommittedBytes else { return }
+        // Not handed over (newer bytes were waiting): nothing there, and adopting finds nothing.
         let bytes = writeBack.stagingArea.committedBytes(generation: generation)
-        guard access(bytes.path, F_OK) == 0 else { return }   // not handed over: newer bytes were waiting
         guard !entry.id.isEmpty, let rev = entry.rev, !rev.isEmpty else {
             Glibc.unlink(bytes.path)
             return
