@@ -340,6 +340,27 @@ final class BlockStore: @unchecked Sendable {
         if !submitted { _ = assembling.withLock { $0.remove(whole) } }
     }
 
+    /// The bytes the mount wrote, committed as revision `rev` (the write-back engine's staging
+    /// file, handed over at the commit), become that revision's whole-file copy in the disk
+    /// cache (`DiskBlockCache.adoptWholeFile`). A move is one rename, done on the caller's thread;
+    /// a copy (`move` false: an open handle may still write to the file) runs on the whole-file
+    /// writer, never on the caller's. Without a disk cache the file is deleted.
+    func adoptCommittedFile(fileID: String, rev: String, size: UInt64, contentHash: String?, from source: URL, move: Bool) {
+        guard let disk else {
+            unlink(source.path)
+            return
+        }
+        guard !move else {
+            disk.adoptWholeFile(fileID: fileID, rev: rev, size: size, contentHash: contentHash, from: source.path, move: true)
+            return
+        }
+        guard access(source.path, F_OK) == 0 else { return }   // nothing was handed over
+        let submitted = wholeFileWriter.submit {
+            disk.adoptWholeFile(fileID: fileID, rev: rev, size: size, contentHash: contentHash, from: source.path, move: false)
+        }
+        if !submitted { unlink(source.path) }
+    }
+
     /// A block of a pinned file, made sure to be on disk (PinnedFiles.swift): read from the disk
     /// cache, or taken from memory or downloaded and written to disk here and now, not through the
     /// best-effort writer that may skip it. Not put in memory: pinning a tree must not push out

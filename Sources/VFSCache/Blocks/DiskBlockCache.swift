@@ -10,6 +10,7 @@
 ///
 /// The index lives in memory under `lock`; file I/O happens outside it. A block whose file has
 /// vanished or has the wrong length is treated as a miss and forgotten.
+import ContentHash
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -41,8 +42,18 @@ final class DiskBlockCache: @unchecked Sendable {
     // MARK: Naming
 
     private static func hex(_ text: String) -> String {
-        text.utf8.map { String(format: "%02x", $0) }.joined()
+        var digits: [UInt8] = []
+        digits.reserveCapacity(text.utf8.count * 2)
+        for byte in text.utf8 {
+            digits.append(hexDigits[Int(byte >> 4)])
+            digits.append(hexDigits[Int(byte & 0x0f)])
+        }
+        return String(decoding: digits, as: UTF8.self)
     }
+
+    /// Lowercase hex digits; a table, not `String(format:)` per byte (block paths are made for
+    /// every disk read and write).
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private static func unhex(_ text: Substring) -> String? {
         guard text.count % 2 == 0 else { return nil }
@@ -156,9 +167,12 @@ final class DiskBlockCache: @unchecked Sendable {
         return fstat(fd, &status) == 0 ? Int(status.st_size) : nil
     }
 
+    /// Whether the block is on disk, as a block file or inside its revision's whole-file copy
+    /// (which `read` serves it from: a random reader must read it there rather than download).
     func contains(_ key: BlockKey) -> Bool {
         lock.lock(); defer { lock.unlock() }
         return index.contains(key)
+            || key.index != Self.wholeFileIndex && index.contains(BlockKey(fileID: key.fileID, rev: key.rev, index: Self.wholeFileIndex))
     }
 
     /// Test hook run by `write` before it touches the disk (to simulate a slow disk).
@@ -328,6 +342,106 @@ final class DiskBlockCache: @unchecked Sendable {
         lock.unlock()
         remove(blockFiles + victims)
         return !victims.contains(key)
+    }
+
+    /// Takes the bytes the mount wrote and Dropbox committed as revision `rev` (a staging file
+    /// handed over by the write-back engine, `size` bytes) as that revision's whole-file copy,
+    /// so reading back what was just written costs no download (docs/VFSCACHE.md, "Bytes the
+    /// mount wrote"). `move`: the file is the cache's now, renamed into place (one directory
+    /// update, whatever its size); otherwise something else may still write to it (an open
+    /// handle of the file), so it is copied and the copy's content hash must be `contentHash`.
+    /// Same budget and LRU as every block; over half the budget it is not kept (as any whole
+    /// file). `source` is gone afterwards either way. Returns whether the copy is in place.
+    @discardableResult
+    func adoptWholeFile(fileID: String, rev: String, size: UInt64, contentHash: String?, from source: String, move: Bool) -> Bool {
+        defer { unlink(source) }   // after a move, nothing is left there
+        var status = stat()
+        guard stat(source, &status) == 0 else { return false }   // nothing was handed over
+        guard UInt64(status.st_size) == size else {
+            log.warning("disk cache: not keeping \(source) as rev \(rev): it is not \(size) bytes long")
+            return false
+        }
+        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
+        guard leavesRoomForWrites(keeping: size, alreadyOnDisk: move) else {
+            log.debug("disk cache: not keeping the committed bytes of rev \(rev): the cache's disk is nearly full")
+            return false
+        }
+        let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
+        let moved = move && moveIntoPlace(source, as: key)
+        if !moved {
+            // Copied (or the cache is on another file system than the staging files): checked
+            // against the revision's hash as it is copied.
+            guard let contentHash else { return false }
+            let failure = createAtomically(url(for: key)) { path in
+                Self.copyChecked(from: source, to: path, size: size, contentHash: contentHash)
+            }
+            if let failure {
+                log.debug("disk cache: not keeping \(source) as rev \(rev): \(failure) (or not its content hash)")
+                return false
+            }
+        }
+        lock.lock()
+        index.insert(key, size: Int(size))
+        let victims = evictLocked()
+        lock.unlock()
+        remove(victims)
+        log.debug("disk cache: kept the committed bytes of rev \(rev) (\(size) bytes, \(moved ? "moved" : "copied"))")
+        return !victims.contains(key)
+    }
+
+    /// Renames a whole file into place as `key`: a rename is atomic by itself, so no temporary.
+    /// Syscalls only (mkdir, rename): this runs once per commit, on the write-back engine's
+    /// event queue, which namespace changes wait for. Eviction removes a file's folder with its
+    /// last block; if that happened between the mkdir and the rename, once more.
+    private func moveIntoPlace(_ source: String, as key: BlockKey) -> Bool {
+        let folder = folder(forFileID: key.fileID).path
+        let target = folder + "/\(Self.hex(key.rev))-\(key.index)"
+        for _ in 0..<2 {
+            guard mkdir(folder, 0o777) == 0 || errno == EEXIST else { return false }
+            if rename(source, target) == 0 { return true }
+            guard errno == ENOENT, access(source, F_OK) == 0 else { return false }
+        }
+        return false
+    }
+
+    /// Whether keeping `size` more bytes (already on the disk when `alreadyOnDisk`: a staging
+    /// file renamed into place) still leaves the file system the cache lives on free space for
+    /// that many bytes again plus a tenth of its size (at most 1 GiB). Without a commit freeing
+    /// its staging file, a cache on a disk smaller than its budget would otherwise fill it with
+    /// copies and fail the next write with ENOSPC
+    /// (test_copies_of_written_files_never_take_the_cache_disks_last_space).
+    private func leavesRoomForWrites(keeping size: UInt64, alreadyOnDisk: Bool) -> Bool {
+        var info = statvfs()
+        guard statvfs(root.path, &info) == 0 else { return false }
+        let available = UInt64(info.f_bavail) * UInt64(info.f_frsize)
+        let reserve = min(UInt64(info.f_blocks) * UInt64(info.f_frsize) / 10, 1 << 30)
+        let after = alreadyOnDisk ? available : available - min(available, size)
+        return after >= reserve + size
+    }
+
+    /// Copies `size` bytes from `source` to a new file at `path`, hashing them on the way; true if
+    /// they are all there and their content hash is `contentHash`. One pass through a 4 MiB
+    /// buffer: the check needs the bytes in memory anyway, so an in-kernel copy would cost a
+    /// second read.
+    private static func copyChecked(from source: String, to path: String, size: UInt64, contentHash: String) -> Bool {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { return false }
+        defer { close(input) }
+        let output = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard output >= 0 else { return false }
+        defer { close(output) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: DropboxContentHasher.blockSize, alignment: 4096)
+        defer { buffer.deallocate() }
+        var hasher = DropboxContentHasher()
+        var offset: UInt64 = 0
+        while offset < size {
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[..<Int(min(UInt64(buffer.count), size - offset))])
+            guard readFully(input, into: piece, at: off_t(offset)) == piece.count,
+                  writeFully(output, UnsafeRawBufferPointer(piece), at: off_t(offset)) else { return false }
+            hasher.update(UnsafeRawBufferPointer(piece))
+            offset += UInt64(piece.count)
+        }
+        return hasher.finalize() == contentHash
     }
 
     /// Drops one block (written after a purge of its file began).

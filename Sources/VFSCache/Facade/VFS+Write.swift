@@ -12,6 +12,9 @@
 /// fills a new staging file from the old content; later writes wait for that). Lock order:
 /// `LocalFile.lock` → the engine's lock / `MetadataCache.lock` (never the other way round).
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 extension VFS {
     /// fsync gives up (EIO) after this long; the file stays journaled and keeps uploading.
@@ -673,9 +676,30 @@ extension VFS {
 
     // MARK: Engine events
 
+    /// The staging file the engine handed over at this commit (its bytes are exactly the new
+    /// rev's) becomes the rev's copy in the disk cache, so reading back what was just written
+    /// costs no download (docs/VFSCACHE.md, "Bytes the mount wrote"). Moved (one rename, here on
+    /// the event queue) when no local file of the inode is left, so nothing can write to it any
+    /// more: a file's later writes go to a new staging file, and only a handle open on a file
+    /// unlinked afterwards writes to the one it had. Otherwise copied in the background and
+    /// checked against the rev's content hash. Runs after the tree shows the rev: a read in
+    /// between downloads, as before.
+    private func adoptCommittedBytes(generation: UInt64, entry: RemoteEntry, ino: InodeNumber?) {
+        guard let writeBack, writeBack.configuration.handOverCommittedBytes else { return }
+        // Not handed over (newer bytes were waiting): nothing there, and adopting finds nothing.
+        let bytes = writeBack.stagingArea.committedBytes(generation: generation)
+        guard !entry.id.isEmpty, let rev = entry.rev, !rev.isEmpty else {
+            Glibc.unlink(bytes.path)
+            return
+        }
+        let unshared = ino.map { localFiles.existing($0) == nil } ?? false
+        blocks.adoptCommittedFile(fileID: entry.id, rev: rev, size: entry.size, contentHash: entry.contentHash,
+                                  from: bytes, move: unshared)
+    }
+
     func handleWriteBackEvent(_ event: WriteBackEvent) {
         switch event {
-        case .committed(let path, _, let entry):
+        case .committed(let path, let generation, let entry):
             // Recorded before the tree changes, so a feed batch fetched before the commit can
             // neither see the node still dirty nor undo the commit once it shows.
             metadata.recordLocalChange([path])
@@ -689,6 +713,7 @@ extension VFS {
                 metadata.clearOpenedRev(ino)
                 localFiles.dropIfIdle(ino)
             }
+            adoptCommittedBytes(generation: generation, entry: entry, ino: ino)
         case .conflicted(let path, let copyPath, _, let entry):
             logger.warning("conflict: \(path) was changed elsewhere; ours is kept as \(copyPath)")
             let ino = metadata.locked { $0.resolve(path: path) }

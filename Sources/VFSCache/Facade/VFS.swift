@@ -86,6 +86,8 @@ public final class VFS: FilesystemOperations, Sendable {
             }
             var engineConfiguration = writeBackConfiguration
             if engineConfiguration.logger == nil { engineConfiguration.logger = logger }
+            // What the mount wrote is kept in the disk cache once committed (adoptCommittedBytes).
+            engineConfiguration.handOverCommittedBytes = config.diskCacheBytes > 0
             do throws(Errno) {
                 writeBack = try WriteBackEngine(cacheDirectory: directory, remote: uploadRemote ?? remote,
                                                 configuration: engineConfiguration,

@@ -732,6 +732,7 @@ public final class WriteBackEngine: @unchecked Sendable {
             WriteBackLog.info("resuming the upload of \(record.path) (\(record.size) bytes, \(record.state.rawValue))")
         }
         for name in stagingArea.names() where !referenced.contains(name) { stagingArea.remove(name: name) }
+        stagingArea.removeCommittedLeftovers()
         try? journal.forgetOrphanChunks()
     }
 

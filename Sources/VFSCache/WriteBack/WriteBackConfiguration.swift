@@ -40,6 +40,10 @@ public struct WriteBackConfiguration: Sendable {
     /// Operations read back from the journal at start wait for `releaseRecoveredNamespaceOperations`
     /// (the facade shows them on the mount first, so their outcome cannot reach it before they do).
     public var holdRecoveredNamespaceOperations = false
+    /// Keep the staging file of a commit whose bytes are exactly the new revision's at
+    /// `StagingArea.committedBytes(generation:)` instead of deleting it, for the facade to adopt
+    /// into its disk cache (docs/WRITEBACK.md step 4). The VFS sets it when it has a disk cache.
+    public var handOverCommittedBytes = false
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

@@ -43,6 +43,28 @@ public final class StagingArea: Sendable {
         }
     }
 
+    /// Where the bytes of `generation` wait once Dropbox committed them with our content hash,
+    /// until the facade adopts them into the disk cache (`handOver`). A name of its own, so the
+    /// next staging file of the path never meets it; generations are unique and only grow.
+    public func committedBytes(generation: UInt64) -> URL {
+        directory.appendingPathComponent("\(generation).committed", isDirectory: false)
+    }
+
+    /// Moves a committed staging file to `committedBytes(generation:)` instead of deleting it
+    /// (the same cost: one directory update). Returns false if it could not (then it is deleted).
+    public func handOver(name: String, generation: UInt64) -> Bool {
+        if rename(url(of: name).path, committedBytes(generation: generation).path) == 0 { return true }
+        remove(name: name)
+        return false
+    }
+
+    /// Deletes committed bytes nobody adopted: a crash (or an unmount) between the commit and the
+    /// adoption loses only that copy in the cache. Run at start-up.
+    public func removeCommittedLeftovers() {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        for name in names where name.hasSuffix(".committed") { unlink(directory.appendingPathComponent(name).path) }
+    }
+
     /// Names of every staging file present, for the orphan sweep at start-up.
     public func names() -> [String] {
         (try? FileManager.default.contentsOfDirectory(atPath: directory.path))?.filter { $0.hasSuffix(".data") } ?? []

@@ -204,7 +204,15 @@ extension WriteBackEngine {
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
                     }
                     files[job.key] = nil
-                    stagingArea.remove(name: record.staging)
+                    // The staging file holds exactly the bytes of the new rev: the generation
+                    // Dropbox confirmed with our hash, and no writer since (a beginWrite would
+                    // have set `writing`). Handed over for the disk cache rather than deleted,
+                    // so reading it back costs no download (docs/VFSCACHE.md).
+                    if copyPath == nil, configuration.handOverCommittedBytes {
+                        _ = stagingArea.handOver(name: record.staging, generation: record.generation)
+                    } else {
+                        stagingArea.remove(name: record.staging)
+                    }
                     retryFailedClosesSoon()
                 } catch {
                     // Keep everything; the next attempt finds our bytes on Dropbox and ends here again.
