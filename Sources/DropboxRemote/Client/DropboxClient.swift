@@ -115,7 +115,7 @@ extension DropboxClient {
                             totalTimeout: totalTimeout, onSent: onSent, onReceived: onReceived,
                             onResponseStart: onResponseStart, traffic: nil)
         }
-        var traffic: (sent: UInt64, received: UInt64) = (0, 0)
+        var traffic: (sent: UInt64, received: UInt64, connections: Int) = (0, 0, 0)
         let started = DispatchTime.now().uptimeNanoseconds
         func report(_ outcome: RequestOutcome) {
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
@@ -125,7 +125,8 @@ extension DropboxClient {
             case .download: .download
             }
             observer.attempted(RequestAttempt(route: route.name, kind: kind, outcome: outcome, seconds: seconds,
-                                              bytesSent: traffic.sent, bytesReceived: traffic.received))
+                                              bytesSent: traffic.sent, bytesReceived: traffic.received,
+                                              connectionsOpened: traffic.connections))
         }
         do throws(DropboxError) {
             let result = try withUnsafeMutablePointer(to: &traffic) { (counts) throws(DropboxError) -> RouteResult in
@@ -145,7 +146,7 @@ extension DropboxClient {
                       range: (start: UInt64, end: UInt64?)?, sink: DownloadSink?, cancel: CancelHandle?, totalTimeout: Int?,
                       onSent: ((UInt64) -> Void)?, onReceived: ((UInt64) -> Void)?,
                       onResponseStart: ((Int, [String: String]) -> DropboxError?)?,
-                      traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64)>?) throws(DropboxError) -> RouteResult {
+                      traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64, connections: Int)>?) throws(DropboxError) -> RouteResult {
         let endpoints = configuration.endpoints
         let base = switch route.host {
         case .api: endpoints.api

@@ -155,6 +155,13 @@ struct MountBackend: CustomStringConvertible {
         var mainConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, pathRoot: pathRoot)
         mainConfiguration.observer = observer
         let client = DropboxClient(configuration: mainConfiguration, tokens: credentials.tokens)
+        // A connection to the api and the content host is opened now and kept while the mount is
+        // in use: the first listing and the first download pay one round trip, not three
+        // (ConnectionWarmer.swift). Token-less, never retried; a failure is a debug line.
+        let warmer = ConnectionWarmer(client: client) { url, error in
+            logger.debug("opening a connection ahead of need (\(url)) failed: \(error)")
+        }
+        if offlineAt == nil { warmer.start() }
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
@@ -217,7 +224,7 @@ struct MountBackend: CustomStringConvertible {
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/Facade/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
-                                   shutdown: { pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
+                                   shutdown: { warmer.stop(); pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
         var commandConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                        retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot)
