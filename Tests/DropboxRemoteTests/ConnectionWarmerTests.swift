@@ -20,7 +20,7 @@ struct ConnectionWarmerTests {
         return DropboxClient(configuration: configuration, tokens: TokenProvider(accessToken: emulator.token))
     }
 
-    @Test func theFirstDownloadAfterAWarmUpOpensNoConnection() throws {
+    @Test func theFirstListingAndTheFirstDownloadAfterAWarmUpOpenNoConnection() throws {
         let emulator = try Emulator()
         defer { emulator.stop() }
         _ = try emulator.client().upload(CommitInfo(path: "/big.bin"), body: .data(Data(repeating: 7, count: 300_000)))
@@ -28,6 +28,10 @@ struct ConnectionWarmerTests {
         let client = try client(emulator, observer: observer)
         let warmer = ConnectionWarmer(client: client)
         for url in warmer.urls { _ = try warmer.warmNow(url).get() }
+        // The first listing (a mount's first access) goes on the warmed api connection.
+        _ = try client.listFolder(path: "")
+        let listing = try #require(observer.attempts.withLock { $0.first { $0.route == "files/list_folder" } })
+        #expect(listing.connectionsOpened == 0, "the first listing opened \(listing.connectionsOpened) connection(s)")
         // Listings from several threads at once, as a mount's start does: the pool fills with
         // handles that know the api host, and the warmed handle is somewhere among them.
         DispatchQueue.concurrentPerform(iterations: 6) { _ in _ = try? client.listFolder(path: "") }
