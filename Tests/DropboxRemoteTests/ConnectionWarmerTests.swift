@@ -44,6 +44,28 @@ struct ConnectionWarmerTests {
         #expect(warmer.failures == 0)
     }
 
+    /// A mount's first read can come while the warm-up of the content host is still under way
+    /// (at WAN latency it takes three round trips): the download waits for that connection rather
+    /// than opening one of its own, which would take as long as the whole warm-up.
+    @Test func aDownloadDuringTheWarmUpWaitsForItsConnection() throws {
+        let emulator = try Emulator(["--latency-ms", "150", "--handshake-round-trips", "2"])
+        defer { emulator.stop() }
+        _ = try emulator.client().upload(CommitInfo(path: "/f.txt"), body: .data(Data("first byte".utf8)))
+        let observer = RecordingObserver()
+        let client = try client(emulator, observer: observer)
+        let warmer = ConnectionWarmer(client: client)
+        let content = try #require(warmer.urls.last)
+        let warmed = DispatchSemaphore(value: 0)
+        Thread { warmer.warmNow(content); warmed.signal() }.start()
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while client.transport.warmUpsInFlight(of: content) == 0 && Date() < deadline { usleep(1000) }
+        #expect(client.transport.warmUpsInFlight(of: content) == 1)
+        #expect(try client.downloadData(path: "/f.txt").1 == Data("first byte".utf8))
+        warmed.wait()
+        let download = try #require(observer.attempts.withLock { $0.first { $0.route == "files/download" } })
+        #expect(download.connectionsOpened == 0, "the download opened \(download.connectionsOpened) connection(s)")
+    }
+
     /// Offline (a host that never answers), `stop()` returns without waiting out the warm-up's
     /// connect timeout, and the failure is counted, not thrown.
     @Test func stopReturnsPromptlyWhileAWarmUpHangs() throws {

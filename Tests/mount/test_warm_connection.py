@@ -6,19 +6,8 @@ The mount's four hosts get four names (`http://{host}.localhost:PORT`), as Dropb
 connection to the api host is then no use to a download, as on Dropbox.
 """
 
-import os
-import time
-
-from mount_support import Mount, TOKEN, dropbox_env
-
-
-def wait_for(predicate, seconds=30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+from mount_support import Mount, dropbox_env
+from mounting import wait_until
 
 
 def test_the_first_download_after_the_mount_opens_no_connection(dbxfs_binary, emulator, tmp_path):
@@ -29,7 +18,7 @@ def test_the_first_download_after_the_mount_opens_no_connection(dbxfs_binary, em
     args = ["--api-base", f"http://{{host}}.localhost:{port}", "--cache-dir", str(tmp_path / "cache"), "--log-level", "debug"]
     with Mount(dbxfs_binary, mnt, args, env=dropbox_env(), log_path=tmp_path / "mnt.log").start():
         # Quiet: the tree is listed and the change feed waits on its longpoll.
-        assert wait_for(lambda: emulator.stats()["requests"].get("files/list_folder/longpoll", 0) >= 1), emulator.stats()
+        wait_until(lambda: emulator.stats()["requests"].get("files/list_folder/longpoll", 0) >= 1)
         preflights = emulator.stats()["preflights"]
         before = emulator.stats()["connections"]
         with open(mnt / "file.txt", "rb") as f:

@@ -7,10 +7,8 @@
 /// share handle shares DNS and TLS sessions between handles (not connections: libcurl does not
 /// support sharing its connection cache between threads that run at once).
 ///
-/// Each idle handle remembers the origins (scheme, host, port) it has connections to, and a call
-/// takes the newest idle handle that has one to its own origin: a download finds the handle that
-/// last spoke to content.dropboxapi.com rather than one that only knows api.dropboxapi.com, which
-/// would cost a new connection (TCP and TLS handshakes: two round trips). `warm(_:)` opens such a
+/// The pool (HandlePool.swift) hands a call the idle handle that has a connection to its own
+/// host, or waits briefly for a warm-up of that host in flight; `warm(_:)` opens such a
 /// connection ahead of need (ConnectionWarmer.swift).
 ///
 /// This layer knows HTTP, not Dropbox: it returns the status, headers and collected body, or a
@@ -47,24 +45,12 @@ struct HTTPResponse {
     var connectionsOpened = 0
 }
 
-/// Raw pointers to curl objects. Safe to send: a handle is used by one thread at a time (the pool
-/// hands it out exclusively), and the share handle does its own locking.
-struct CurlPointer: @unchecked Sendable {
-    let raw: UnsafeMutableRawPointer
-}
-
-/// An easy handle waiting in the pool, with the origins its connections go to.
-private struct IdleHandle {
-    let pointer: CurlPointer
-    var origins: Set<String>
-}
-
 final class CurlTransport: Sendable {
     private let configuration: ClientConfiguration
-    private let idleHandles = Mutex<[IdleHandle]>([])
+    private let pool: HandlePool
     private let share: CurlPointer?
     /// When a request to each origin last ended (uptime nanoseconds), warm-ups included: what
-    /// the warmer goes by. Never held together with `idleHandles`.
+    /// the warmer goes by.
     private let lastUse = Mutex<[String: UInt64]>([:])
     /// When the last request other than a warm-up ended (uptime nanoseconds; 0: none yet).
     private let lastCall = Atomic<UInt64>(0)
@@ -73,14 +59,15 @@ final class CurlTransport: Sendable {
         let code = dbx_global_init_once()
         precondition(code == CURLE_OK, "curl_global_init failed: \(code)")
         self.configuration = configuration
+        pool = HandlePool(capacity: configuration.maxIdleHandles)
+        // The share handle is deliberately leaked: handles still in flight on other threads might
+        // reference it, and there is one client per process in practice.
         share = dbx_share_new().map { CurlPointer(raw: $0) }
     }
 
-    deinit {
-        for handle in idleHandles.withLock({ $0 }) { curl_easy_cleanup(handle.pointer.raw) }
-        // The share handle is deliberately leaked: handles still in flight on other threads might
-        // reference it, and there is one client per process in practice.
-    }
+    /// How long a call waits for a warm-up of its host in flight before it opens a connection of
+    /// its own: a warm-up takes three round trips, well under this even on a slow satellite link.
+    static let warmUpWait: TimeInterval = 3
 
     /// Runs one request. `sink` receives the body of a 2xx answer as it arrives; other answers are
     /// collected into `HTTPResponse.body`. `onSent`/`onReceived` are told the running byte counts of
@@ -95,10 +82,13 @@ final class CurlTransport: Sendable {
                  traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64, connections: Int)>? = nil) -> Result<HTTPResponse, DropboxError> {
         if cancel?.isCancelled == true { return .failure(.cancelled) }
         let origin = Self.origin(of: request.url)
-        var (handle, origins) = checkout(for: origin)
+        let isWarmUp = request.method == .options
+        if isWarmUp { pool.beginWarmUp(origin) }
+        // A warm-up never waits for another: the second one at a mount's start opens a second connection.
+        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: isWarmUp ? nil : Date(timeIntervalSinceNow: Self.warmUpWait))
         defer {
             origins.insert(origin)
-            checkin(handle, origins: origins)
+            pool.checkin(handle, origins: origins, endingWarmUpOf: isWarmUp ? origin : nil)
             let now = DispatchTime.now().uptimeNanoseconds
             lastUse.withLock { $0[origin] = now }
             if request.method == .post { lastCall.store(now, ordering: .relaxed) }
@@ -196,27 +186,6 @@ final class CurlTransport: Sendable {
         return .success(HTTPResponse(status: status, headers: state.headers, body: state.collected, connectionsOpened: opened))
     }
 
-    /// The newest idle handle with a connection to `origin`, else the newest idle handle, else a
-    /// new one; with the origins it has connections to.
-    private func checkout(for origin: String) -> (CurlPointer, Set<String>) {
-        let idle = idleHandles.withLock { idle -> IdleHandle? in
-            if let index = idle.lastIndex(where: { $0.origins.contains(origin) }) { return idle.remove(at: index) }
-            return idle.popLast()
-        }
-        if let idle { return (idle.pointer, idle.origins) }
-        guard let raw = curl_easy_init() else { fatalError("curl_easy_init failed (out of memory)") }
-        return (CurlPointer(raw: raw), [])
-    }
-
-    private func checkin(_ handle: CurlPointer, origins: Set<String>) {
-        let kept = idleHandles.withLock { idle -> Bool in
-            guard idle.count < configuration.maxIdleHandles else { return false }
-            idle.append(IdleHandle(pointer: handle, origins: origins))
-            return true
-        }
-        if !kept { curl_easy_cleanup(handle.raw) }
-    }
-
     // MARK: Warm connections
 
     /// Opens a connection to `url`'s origin, or confirms a kept one, with an OPTIONS request that
@@ -228,6 +197,9 @@ final class CurlTransport: Sendable {
         perform(HTTPRequest(url: url, headers: [], body: nil, totalTimeout: timeout, method: .options), cancel: cancel)
             .map(\.connectionsOpened)
     }
+
+    /// Warm-ups of `url`'s origin in flight (for tests).
+    func warmUpsInFlight(of url: String) -> Int { pool.warmUpsInFlight(Self.origin(of: url)) }
 
     /// Seconds since the last request other than a warm-up ended; nil if none has.
     var secondsSinceLastCall: Double? {
