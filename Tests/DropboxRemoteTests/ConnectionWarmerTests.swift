@@ -66,6 +66,24 @@ struct ConnectionWarmerTests {
         #expect(download.connectionsOpened == 0, "the download opened \(download.connectionsOpened) connection(s)")
     }
 
+    /// At start, connections are opened until each host has two, counting those already open: a
+    /// mount's account check left one to the api host, so one more there and two to content.
+    @Test func startOpensTwoConnectionsToEachHostCountingOpenOnes() throws {
+        let emulator = try Emulator()
+        defer { emulator.stop() }
+        let client = try client(emulator, observer: RecordingObserver())
+        _ = try client.listFolder(path: "")
+        let warmer = ConnectionWarmer(client: client)
+        warmer.start()
+        defer { warmer.stop() }
+        let deadline = Date(timeIntervalSinceNow: 20)
+        func open() -> [Int] { warmer.urls.map { client.transport.idleConnections(to: $0) } }
+        while open() != [2, 2] && Date() < deadline { usleep(10_000) }
+        #expect(open() == [2, 2])
+        #expect(try emulator.stats()["connections"]?.int64 == 4)
+        #expect(try emulator.stats()["preflights"]?.int64 == 3)
+    }
+
     /// Offline (a host that never answers), `stop()` returns without waiting out the warm-up's
     /// connect timeout, and the failure is counted, not thrown.
     @Test func stopReturnsPromptlyWhileAWarmUpHangs() throws {

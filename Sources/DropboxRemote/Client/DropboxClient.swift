@@ -42,6 +42,24 @@ public final class DropboxClient: Sendable {
         self.batchCommits = client.batchCommits
     }
 
+    private init(configuration: ClientConfiguration, tokens: TokenProvider?, transport: CurlTransport) {
+        self.configuration = configuration
+        self.tokens = tokens
+        self.transport = transport
+        self.statistics = RetryStatistics()
+        self.pacer = configuration.adaptivePacing ? RequestPacer() : nil
+        self.batchCommits = NSLock()
+    }
+
+    /// Another client on this one's connections: its own configuration (retry policy, connect
+    /// timeout, path root, observer), counters and pacer. The transport's own settings (CA file,
+    /// user agent, idle handles) stay this client's. A mount checks the account with a fail-fast
+    /// client and then serves through one made this way, so its first call finds the check's
+    /// connection (and the warm-ups started with the check) instead of opening its own.
+    public func sharingConnections(configuration: ClientConfiguration, tokens: TokenProvider?) -> DropboxClient {
+        DropboxClient(configuration: configuration, tokens: tokens, transport: transport)
+    }
+
     /// The same client (connections, token, pacer, counters) for callers who are waiting on the
     /// answer, such as a FUSE request: one call spends at most `maxWait` seconds waiting out 429s,
     /// back-offs and the pacer, then throws its last error instead.
@@ -174,7 +192,8 @@ extension DropboxClient {
             if let range { headers.append("Range: bytes=\(range.start)-\(range.end.map(String.init) ?? "")") }
             requestBody = .empty
         }
-        let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout)
+        let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout,
+                                  connectTimeout: configuration.connectTimeout)
         let response: HTTPResponse
         switch transport.perform(request, sink: sink, cancel: cancel, onSent: onSent, onReceived: onReceived,
                                  onResponseStart: onResponseStart, traffic: traffic) {

@@ -3,8 +3,8 @@
 /// TCP and TLS handshakes (two round trips: 40 ms at 20 ms, 100 ms on a 50 ms WAN) on top of its
 /// own round trip (issue 15: a cold file's first byte took three round trips).
 ///
-/// It opens two connections to each host at `start()` (a mount lists its first folder while the
-/// whole-tree listing starts), then, every `tick` seconds, warms a host whose last
+/// It opens connections at `start()` until each host has two (a mount lists its first folder while
+/// the whole-tree listing starts), then, every `tick` seconds, warms a host whose last
 /// request ended more than `refreshAfter` seconds ago: servers close idle connections (see
 /// docs/CLIENT.md, "Warm connections"), and a connection found closed costs the handshakes again.
 /// It stops warming `keepWarmFor` seconds after the client's last call of its own, so an idle
@@ -84,9 +84,13 @@ public final class ConnectionWarmer: Sendable {
         }
         guard let timer else { return }
         timer.source.resume()
-        // Two connections to each host: right after the mount, the first folder's listing runs
-        // alongside the whole-tree listing, and the first read alongside its read-ahead.
-        for url in urls { for copy in 0..<options.connectionsAtStart { warmInBackground(url, copy: copy) } }
+        // Two connections to each host, counting those already open (the account check's): right
+        // after the mount, the first folder's listing runs alongside the whole-tree listing, and
+        // the first read alongside its read-ahead.
+        for url in urls {
+            let open = client.transport.idleConnections(to: url)
+            for copy in 0..<max(0, options.connectionsAtStart - open) { warmInBackground(url, copy: copy, fresh: true) }
+        }
     }
 
     /// Stops warming; returns once no warm-up is in flight (about a second at most).
@@ -101,10 +105,11 @@ public final class ConnectionWarmer: Sendable {
         running.wait()
     }
 
-    /// Warms `url`'s host now, on the calling thread; the new connections it opened, or the error.
+    /// Warms `url`'s host now, on the calling thread (`fresh`: with one more connection); the new
+    /// connections it opened, or the error.
     @discardableResult
-    public func warmNow(_ url: String) -> Result<Int, DropboxError> {
-        let result = client.transport.warm(url, timeout: options.requestTimeout, cancel: cancel)
+    public func warmNow(_ url: String, fresh: Bool = false) -> Result<Int, DropboxError> {
+        let result = client.transport.warm(url, timeout: options.requestTimeout, fresh: fresh, cancel: cancel)
         if case .failure(let error) = result, !cancel.isCancelled {
             failureCount.add(1, ordering: .relaxed)
             onFailure?(url, error)
@@ -121,7 +126,7 @@ public final class ConnectionWarmer: Sendable {
         }
     }
 
-    private func warmInBackground(_ url: String, copy: Int = 0) {
+    private func warmInBackground(_ url: String, copy: Int = 0, fresh: Bool = false) {
         let key = "\(copy) \(url)"
         let claimed = state.withLock { state -> Bool in
             guard !state.stopped, !state.inFlight.contains(key) else { return false }
@@ -131,7 +136,7 @@ public final class ConnectionWarmer: Sendable {
         }
         guard claimed else { return }
         DispatchQueue.global(qos: .utility).async { [self] in
-            warmNow(url)
+            warmNow(url, fresh: fresh)
             state.withLock { _ = $0.inFlight.remove(key) }
             running.leave()
         }

@@ -29,9 +29,16 @@ struct HTTPRequest {
     /// by design until it answers).
     var totalTimeout: Int?
     var method: Method = .post
+    /// Seconds to establish a connection; nil: the transport's configuration's. (Clients that
+    /// share a transport keep their own connect timeouts.)
+    var connectTimeout: Int?
+    /// On a handle with no connection to the URL's host: a warm-up that opens one more.
+    var freshConnection = false
 
-    init(url: String, headers: [String], body: UploadBody?, totalTimeout: Int? = nil, method: Method = .post) {
+    init(url: String, headers: [String], body: UploadBody?, totalTimeout: Int? = nil, method: Method = .post,
+         connectTimeout: Int? = nil, freshConnection: Bool = false) {
         self.url = url; self.headers = headers; self.body = body; self.totalTimeout = totalTimeout; self.method = method
+        self.connectTimeout = connectTimeout; self.freshConnection = freshConnection
     }
 }
 
@@ -85,7 +92,8 @@ final class CurlTransport: Sendable {
         let isWarmUp = request.method == .options
         if isWarmUp { pool.beginWarmUp(origin) }
         // A warm-up never waits for another: the second one at a mount's start opens a second connection.
-        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: isWarmUp ? nil : Date(timeIntervalSinceNow: Self.warmUpWait))
+        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: isWarmUp ? nil : Date(timeIntervalSinceNow: Self.warmUpWait),
+                                              fresh: request.freshConnection)
         defer {
             origins.insert(origin)
             pool.checkin(handle, origins: origins, endingWarmUpOf: isWarmUp ? origin : nil)
@@ -132,7 +140,7 @@ final class CurlTransport: Sendable {
             dbx_setopt_str(curl, CURLOPT_CAINFO, ca)
             dbx_setopt_str(curl, CURLOPT_CAPATH, "/etc/ssl/certs")
         }
-        dbx_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, config.connectTimeout)
+        dbx_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, request.connectTimeout ?? config.connectTimeout)
         if let total = request.totalTimeout {
             dbx_setopt_long(curl, CURLOPT_TIMEOUT, total)
         } else {
@@ -192,11 +200,16 @@ final class CurlTransport: Sendable {
     /// carries no token and no body: Dropbox answers OPTIONS on its API hosts (browsers' CORS
     /// preflights), and whatever the status, the connection stays for the next call. (libcurl's
     /// CURLOPT_CONNECT_ONLY would skip the request, but libcurl never hands a connect-only
-    /// connection to a later transfer.) Returns the new connections it opened, or the error.
-    func warm(_ url: String, timeout: Int, cancel: CancelHandle? = nil) -> Result<Int, DropboxError> {
-        perform(HTTPRequest(url: url, headers: [], body: nil, totalTimeout: timeout, method: .options), cancel: cancel)
+    /// connection to a later transfer.) `fresh`: on a handle with no connection there, so it opens
+    /// one more. Returns the new connections it opened, or the error.
+    func warm(_ url: String, timeout: Int, fresh: Bool = false, cancel: CancelHandle? = nil) -> Result<Int, DropboxError> {
+        perform(HTTPRequest(url: url, headers: [], body: nil, totalTimeout: timeout, method: .options, freshConnection: fresh),
+                cancel: cancel)
             .map(\.connectionsOpened)
     }
+
+    /// Idle handles with a connection to `url`'s origin.
+    func idleConnections(to url: String) -> Int { pool.idleConnections(to: Self.origin(of: url)) }
 
     /// Warm-ups of `url`'s origin in flight (for tests).
     func warmUpsInFlight(of url: String) -> Int { pool.warmUpsInFlight(Self.origin(of: url)) }

@@ -41,17 +41,19 @@ final class HandlePool: @unchecked Sendable {
 
     /// The newest idle handle with a connection to `origin`; else, until `deadline`, the one a
     /// warm-up of `origin` in flight brings back; else the newest idle handle, else a new one.
-    /// With the origins it has connections to.
-    func checkout(for origin: String, waitingForWarmUpUntil deadline: Date?) -> (CurlPointer, Set<String>) {
+    /// With the origins it has connections to. `fresh`: the newest idle handle with no connection
+    /// to `origin`, else a new one (a warm-up that opens one more connection).
+    func checkout(for origin: String, waitingForWarmUpUntil deadline: Date?, fresh: Bool = false) -> (CurlPointer, Set<String>) {
         condition.lock()
         var found: IdleHandle?
-        while true {
+        while !fresh {
             if let index = idle.lastIndex(where: { $0.origins.contains(origin) }) { found = idle.remove(at: index); break }
             guard let deadline, warming[origin, default: 0] > 0, condition.wait(until: deadline) else {
                 found = idle.popLast()
                 break
             }
         }
+        if fresh, let index = idle.lastIndex(where: { !$0.origins.contains(origin) }) { found = idle.remove(at: index) }
         condition.unlock()
         if let found { return (found.pointer, found.origins) }
         guard let raw = curl_easy_init() else { fatalError("curl_easy_init failed (out of memory)") }
@@ -78,6 +80,13 @@ final class HandlePool: @unchecked Sendable {
         condition.lock()
         warming[origin, default: 0] += 1
         condition.unlock()
+    }
+
+    /// Idle handles with a connection to `origin`.
+    func idleConnections(to origin: String) -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return idle.count { $0.origins.contains(origin) }
     }
 
     /// Warm-ups of `origin` in flight (for tests).
