@@ -41,8 +41,8 @@ enum APIBase {
         return nil
     }
 
-    /// 127.0.0.0/8, ::1, `localhost` or a name under it (RFC 6761 6.3: always this machine, and
-    /// libcurl resolves them so itself), as a URL's host spells them. `http://{host}.localhost:PORT`
+    /// 127.0.0.0/8, ::1, `localhost` or a name under it (RFC 6761 6.3: always this machine; libcurl
+    /// resolves them to loopback itself, without DNS: 7.88 here), as a URL's host spells them. `http://{host}.localhost:PORT`
     /// gives an emulator's four hosts four names, as Dropbox's are.
     static func isLoopback(_ host: String) -> Bool {
         var name = host.lowercased()
