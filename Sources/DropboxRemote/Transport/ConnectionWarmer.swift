@@ -14,8 +14,9 @@
 /// problem themselves.
 ///
 /// Threads: none of its own. The timer and the warm-ups run on Dispatch's global queue, at most
-/// `connectionsAtStart` warm-ups per host at a time. `stop()` cancels the timer and any warm-up in flight (libcurl
-/// checks the cancel at least once a second) and waits for them, so no request outlives it.
+/// `connectionsAtStart` warm-ups per host at a time. `stop()` cancels the timer and any warm-up
+/// in flight (libcurl checks the cancel at least once a second) and waits for them, so no
+/// request outlives it.
 import Dispatch
 import Foundation
 import Synchronization
@@ -31,7 +32,7 @@ public final class ConnectionWarmer: Sendable {
         public var keepWarmFor: Double = 600
         /// A warm-up gives up after this many seconds (its connect and answer together).
         public var requestTimeout: Int = 10
-        /// Connections opened to each host by `start()`.
+        /// Connections each host has after `start()`, counting those already open.
         public var connectionsAtStart = 2
 
         public init() {}
