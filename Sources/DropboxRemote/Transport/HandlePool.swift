@@ -6,7 +6,8 @@
 /// api.dropboxapi.com (a new connection: TCP and TLS handshakes, two round trips).
 ///
 /// A call to an origin with no such handle but with a warm-up in flight (ConnectionWarmer.swift)
-/// waits for that warm-up, a few seconds at most, instead of opening a connection of its own:
+/// waits for that warm-up, a few seconds at most, instead of opening a connection of its own (as
+/// many calls as there are warm-ups: the rest of a burst open their own at once):
 /// the warm-up started earlier, so its connection is ready sooner than a new one would be. This
 /// is what makes a mount's first read right after it comes up (at WAN latency, while the warm-up
 /// of the content host is still under way) pay one round trip, not three.
@@ -30,6 +31,9 @@ final class HandlePool: @unchecked Sendable {
     private var idle: [IdleHandle] = []
     /// Warm-ups in flight per origin.
     private var warming: [String: Int] = [:]
+    /// Calls waiting for those warm-ups per origin: no more than there are warm-ups, since each
+    /// brings back one connection (the others of a burst open their own at once).
+    private var waiting: [String: Int] = [:]
     private let capacity: Int
 
     /// At most `capacity` idle handles are kept; the others are cleaned up on check-in.
@@ -46,12 +50,17 @@ final class HandlePool: @unchecked Sendable {
     func checkout(for origin: String, waitingForWarmUpUntil deadline: Date?, fresh: Bool = false) -> (CurlPointer, Set<String>) {
         condition.lock()
         var found: IdleHandle?
+        var waited = false
         while !fresh {
             if let index = idle.lastIndex(where: { $0.origins.contains(origin) }) { found = idle.remove(at: index); break }
-            guard let deadline, warming[origin, default: 0] > 0, condition.wait(until: deadline) else {
-                found = idle.popLast()
-                break
-            }
+            let waitingNow = waiting[origin, default: 0] - (waited ? 1 : 0)
+            guard let deadline, warming[origin, default: 0] > waitingNow else { found = idle.popLast(); break }
+            if !waited { waiting[origin, default: 0] += 1; waited = true }
+            guard condition.wait(until: deadline) else { found = idle.popLast(); break }
+        }
+        if waited {
+            waiting[origin, default: 1] -= 1
+            if waiting[origin] == 0 { waiting[origin] = nil }
         }
         if fresh, let index = idle.lastIndex(where: { !$0.origins.contains(origin) }) { found = idle.remove(at: index) }
         condition.unlock()
