@@ -125,5 +125,25 @@ def test_new_connection_pays_its_handshake_round_trips(emu):
     assert second >= 0.2
 
 
+def test_a_connection_opened_by_options_has_paid_its_handshakes(emu):
+    """A client may open its connection ahead of need with a token-less OPTIONS (dbxfs does, at
+    mount time): that request pays the handshakes, as it would on Dropbox, and the API request
+    after it on the same connection pays one round trip, not three."""
+    emu.config(latency_ms=400, handshake_round_trips=2)
+    before = emu.stats()["preflights"]
+    conn = tls_connection(emu)
+    started = time.monotonic()
+    conn.request("OPTIONS", "/content/2/files/download")
+    resp = conn.getresponse()
+    resp.read()
+    opening = time.monotonic() - started
+    after_it = timed_rpc(conn, emu)
+    conn.close()
+    assert resp.status == 200
+    assert opening >= 1.2, f"the OPTIONS that opened the connection took {opening:.3f} s"
+    assert after_it < 1.0, f"the API request after it took {after_it:.3f} s: it paid the handshakes again"
+    assert emu.stats()["preflights"] == before + 1
+
+
 def test_handshake_round_trips_default_to_zero(emu):
     assert emu.config()["handshake_round_trips"] == 0

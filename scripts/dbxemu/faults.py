@@ -107,12 +107,22 @@ class Stats:
     def reset(self):
         with self._lock:
             self._requests = Counter()
+            self._preflights = 0   # OPTIONS requests: not API calls, so not in "requests"
+            self._connections = 0  # connections that carried an API or OPTIONS request
             self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0,
                                     "write_contention": 0, "batch_overlap": 0, "denied": 0})
 
     def count_request(self, route):
         with self._lock:
             self._requests[route] += 1
+
+    def count_connection(self):
+        with self._lock:
+            self._connections += 1
+
+    def count_preflight(self):
+        with self._lock:
+            self._preflights += 1
 
     def count_fault(self, kind):
         with self._lock:
@@ -121,7 +131,8 @@ class Stats:
     def snapshot(self):
         with self._lock:
             return {"requests": dict(self._requests), "total": sum(self._requests.values()),
-                    "faults": dict(self._faults)}
+                    "preflights": self._preflights,
+                    "connections": self._connections, "faults": dict(self._faults)}
 
 
 class RateLimiter:

@@ -7,8 +7,8 @@ after `Expect: 100-continue` (http.server answers that). Downloads go out with o
 unless TLS, a bandwidth cap or a reset fault needs the bytes to pass through Python.
 
 Network shaping (docs/EMULATOR.md, "Network profiles"): `latency_ms` is a round trip that every
-API request pays before it is handled, and the first API request on a connection also pays
-`handshake_round_trips` more (TCP's and TLS's handshakes); `bandwidth` paces each connection's
+API request (and OPTIONS request) pays before it is handled, and the first such request on a
+connection also pays `handshake_round_trips` more (TCP's and TLS's handshakes); `bandwidth` paces each connection's
 request bodies and answers, each direction with its own Throttle.
 """
 
@@ -166,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
             pass
         self.throttle_in = Throttle(self.server.app.settings)    # request bodies
         self.throttle_out = Throttle(self.server.app.settings)   # answers
-        self.api_requests = 0   # on this connection: the first one pays the handshakes
+        self.requests_here = 0   # on this connection: the first one pays the handshakes
 
     def log_message(self, fmt, *args):
         if self.server.verbose:
@@ -179,7 +179,23 @@ class Handler(BaseHTTPRequestHandler):
         self.dispatch()
 
     def do_OPTIONS(self):
+        # A CORS preflight, or a client opening a connection ahead of need (dbxfs does, with no
+        # token): it pays the network like an API request, handshakes included, so a connection
+        # opened this way saves the request that follows exactly what it would on Dropbox.
+        self.server.app.stats.count_preflight()
+        self.pay_round_trips()
         self.send_bytes(200, b"", "text/plain")
+
+    def pay_round_trips(self):
+        """The round trip of this request, and the connection's handshakes if it is the first."""
+        settings = self.server.app.settings
+        latency = settings["latency_ms"]
+        round_trips = 1 if self.requests_here else 1 + settings["handshake_round_trips"]
+        if not self.requests_here:
+            self.server.app.stats.count_connection()
+        self.requests_here += 1
+        if latency:
+            time.sleep(latency * round_trips / 1000.0)
 
     # ----- low-level answers -----
     def send_bytes(self, status, body, content_type, headers=None, reset=False):
@@ -334,11 +350,7 @@ class Handler(BaseHTTPRequestHandler):
     def handle_api_call(self, route_name, route, query, body):
         app = self.server.app
         settings = app.settings
-        latency = settings["latency_ms"]
-        round_trips = 1 if self.api_requests else 1 + settings["handshake_round_trips"]
-        self.api_requests += 1
-        if latency:
-            time.sleep(latency * round_trips / 1000.0)
+        self.pay_round_trips()
         if not app.rate_limiter.allow():
             app.stats.count_fault("rate_limited")
             body.drain()

@@ -42,6 +42,24 @@ public final class DropboxClient: Sendable {
         self.batchCommits = client.batchCommits
     }
 
+    private init(configuration: ClientConfiguration, tokens: TokenProvider?, transport: CurlTransport) {
+        self.configuration = configuration
+        self.tokens = tokens
+        self.transport = transport
+        self.statistics = RetryStatistics()
+        self.pacer = configuration.adaptivePacing ? RequestPacer() : nil
+        self.batchCommits = NSLock()
+    }
+
+    /// Another client on this one's connections: its own configuration (retry policy, connect
+    /// timeout, path root, observer), counters and pacer. The transport's own settings (CA file,
+    /// user agent, idle handles) stay this client's. A mount checks the account with a fail-fast
+    /// client and then serves through one made this way, so its first call finds the check's
+    /// connection (and the warm-ups started with the check) instead of opening its own.
+    public func sharingConnections(configuration: ClientConfiguration, tokens: TokenProvider?) -> DropboxClient {
+        DropboxClient(configuration: configuration, tokens: tokens, transport: transport)
+    }
+
     /// The same client (connections, token, pacer, counters) for callers who are waiting on the
     /// answer, such as a FUSE request: one call spends at most `maxWait` seconds waiting out 429s,
     /// back-offs and the pacer, then throws its last error instead.
@@ -115,7 +133,7 @@ extension DropboxClient {
                             totalTimeout: totalTimeout, onSent: onSent, onReceived: onReceived,
                             onResponseStart: onResponseStart, traffic: nil)
         }
-        var traffic: (sent: UInt64, received: UInt64) = (0, 0)
+        var traffic: (sent: UInt64, received: UInt64, connections: Int) = (0, 0, 0)
         let started = DispatchTime.now().uptimeNanoseconds
         func report(_ outcome: RequestOutcome) {
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
@@ -125,7 +143,8 @@ extension DropboxClient {
             case .download: .download
             }
             observer.attempted(RequestAttempt(route: route.name, kind: kind, outcome: outcome, seconds: seconds,
-                                              bytesSent: traffic.sent, bytesReceived: traffic.received))
+                                              bytesSent: traffic.sent, bytesReceived: traffic.received,
+                                              connectionsOpened: traffic.connections))
         }
         do throws(DropboxError) {
             let result = try withUnsafeMutablePointer(to: &traffic) { (counts) throws(DropboxError) -> RouteResult in
@@ -145,7 +164,7 @@ extension DropboxClient {
                       range: (start: UInt64, end: UInt64?)?, sink: DownloadSink?, cancel: CancelHandle?, totalTimeout: Int?,
                       onSent: ((UInt64) -> Void)?, onReceived: ((UInt64) -> Void)?,
                       onResponseStart: ((Int, [String: String]) -> DropboxError?)?,
-                      traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64)>?) throws(DropboxError) -> RouteResult {
+                      traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64, connections: Int)>?) throws(DropboxError) -> RouteResult {
         let endpoints = configuration.endpoints
         let base = switch route.host {
         case .api: endpoints.api
@@ -173,7 +192,8 @@ extension DropboxClient {
             if let range { headers.append("Range: bytes=\(range.start)-\(range.end.map(String.init) ?? "")") }
             requestBody = .empty
         }
-        let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout)
+        let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout,
+                                  connectTimeout: configuration.connectTimeout)
         let response: HTTPResponse
         switch transport.perform(request, sink: sink, cancel: cancel, onSent: onSent, onReceived: onReceived,
                                  onResponseStart: onResponseStart, traffic: traffic) {

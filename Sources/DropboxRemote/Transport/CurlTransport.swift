@@ -2,9 +2,14 @@
 ///
 /// A pool of easy handles is kept: a call takes an idle handle (or makes one), resets its options
 /// (`curl_easy_reset` keeps the live connection and TLS session), runs `curl_easy_perform`
-/// synchronously, and puts the handle back. Since each handle keeps its own connection, N threads
+/// synchronously, and puts the handle back. Since each handle keeps its own connections, N threads
 /// in flight use N connections, and a thread that comes back later finds a warm one. A process-wide
-/// share handle shares DNS and TLS sessions between handles.
+/// share handle shares DNS and TLS sessions between handles (not connections: libcurl does not
+/// support sharing its connection cache between threads that run at once).
+///
+/// The pool (HandlePool.swift) hands a call the idle handle that has a connection to its own
+/// host, or waits briefly for a warm-up of that host in flight; `warm(_:)` opens such a
+/// connection ahead of need (ConnectionWarmer.swift).
 ///
 /// This layer knows HTTP, not Dropbox: it returns the status, headers and collected body, or a
 /// `DropboxError` of kind transport / cancelled / localIO. Retries are the caller's business.
@@ -12,8 +17,10 @@ import CCurlShim
 import Foundation
 import Synchronization
 
-/// A request as the transport sees it. Every Dropbox call is a POST.
+/// A request as the transport sees it. Every Dropbox call is a POST; the only other method is the
+/// token-less OPTIONS that opens a connection ahead of need (`CurlTransport.warm`).
 struct HTTPRequest {
+    enum Method { case post, options }
     var url: String
     var headers: [String]
     /// The request body; nil sends an empty body.
@@ -21,6 +28,18 @@ struct HTTPRequest {
     /// A total time limit in seconds instead of the low-speed limit (for longpoll, which is silent
     /// by design until it answers).
     var totalTimeout: Int?
+    var method: Method = .post
+    /// Seconds to establish a connection; nil: the transport's configuration's. (Clients that
+    /// share a transport keep their own connect timeouts.)
+    var connectTimeout: Int?
+    /// On a handle with no connection to the URL's host: a warm-up that opens one more.
+    var freshConnection = false
+
+    init(url: String, headers: [String], body: UploadBody?, totalTimeout: Int? = nil, method: Method = .post,
+         connectTimeout: Int? = nil, freshConnection: Bool = false) {
+        self.url = url; self.headers = headers; self.body = body; self.totalTimeout = totalTimeout; self.method = method
+        self.connectTimeout = connectTimeout; self.freshConnection = freshConnection
+    }
 }
 
 struct HTTPResponse {
@@ -29,50 +48,64 @@ struct HTTPResponse {
     var headers: [String: String]
     /// The body, unless it was streamed to a sink (2xx with a sink).
     var body: Data
-}
-
-/// Raw pointers to curl objects. Safe to send: a handle is used by one thread at a time (the pool
-/// hands it out exclusively), and the share handle does its own locking.
-struct CurlPointer: @unchecked Sendable {
-    let raw: UnsafeMutableRawPointer
+    /// New connections the request opened (0: it went on a kept-alive one).
+    var connectionsOpened = 0
 }
 
 final class CurlTransport: Sendable {
     private let configuration: ClientConfiguration
-    private let idleHandles = Mutex<[CurlPointer]>([])
+    private let pool: HandlePool
     private let share: CurlPointer?
+    /// When a request to each origin last ended (uptime nanoseconds), warm-ups included: what
+    /// the warmer goes by.
+    private let lastUse = Mutex<[String: UInt64]>([:])
+    /// When the last request other than a warm-up ended (uptime nanoseconds; 0: none yet).
+    private let lastCall = Atomic<UInt64>(0)
 
     init(configuration: ClientConfiguration) {
         let code = dbx_global_init_once()
         precondition(code == CURLE_OK, "curl_global_init failed: \(code)")
         self.configuration = configuration
+        pool = HandlePool(capacity: configuration.maxIdleHandles)
+        // The share handle is deliberately leaked: handles still in flight on other threads might
+        // reference it, and there is one client per process in practice.
         share = dbx_share_new().map { CurlPointer(raw: $0) }
     }
 
-    deinit {
-        for handle in idleHandles.withLock({ $0 }) { curl_easy_cleanup(handle.raw) }
-        // The share handle is deliberately leaked: handles still in flight on other threads might
-        // reference it, and there is one client per process in practice.
-    }
+    /// How long a call waits for a warm-up of its host in flight before it opens a connection of
+    /// its own: a warm-up takes three round trips, well under this even on a slow satellite link.
+    static let warmUpWait: TimeInterval = 3
 
     /// Runs one request. `sink` receives the body of a 2xx answer as it arrives; other answers are
     /// collected into `HTTPResponse.body`. `onSent`/`onReceived` are told the running byte counts of
     /// this request's body and response body (for progress).
     /// `onResponseStart` sees the status and headers of a 2xx answer before the first body byte
     /// reaches the sink; returning an error aborts the transfer with it.
-    /// `traffic`, if given, is set to the body bytes sent and received, whatever the outcome.
+    /// `traffic`, if given, is set to the body bytes sent and received and the connections opened,
+    /// whatever the outcome.
     func perform(_ request: HTTPRequest, sink: DownloadSink? = nil, cancel: CancelHandle? = nil,
                  onSent: ((UInt64) -> Void)? = nil, onReceived: ((UInt64) -> Void)? = nil,
                  onResponseStart: ((Int, [String: String]) -> DropboxError?)? = nil,
-                 traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64)>? = nil) -> Result<HTTPResponse, DropboxError> {
+                 traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64, connections: Int)>? = nil) -> Result<HTTPResponse, DropboxError> {
         if cancel?.isCancelled == true { return .failure(.cancelled) }
-        let handle = checkout()
-        defer { checkin(handle) }
+        let origin = Self.origin(of: request.url)
+        let isWarmUp = request.method == .options
+        if isWarmUp { pool.beginWarmUp(origin) }
+        // A warm-up never waits for another: the second one at a mount's start opens a second connection.
+        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: isWarmUp ? nil : Date(timeIntervalSinceNow: Self.warmUpWait),
+                                              fresh: request.freshConnection)
+        defer {
+            origins.insert(origin)
+            pool.checkin(handle, origins: origins, endingWarmUpOf: isWarmUp ? origin : nil)
+            let now = DispatchTime.now().uptimeNanoseconds
+            lastUse.withLock { $0[origin] = now }
+            if request.method == .post { lastCall.store(now, ordering: .relaxed) }
+        }
         return withoutActuallyEscaping(sink ?? { _ in true }) { escapableSink in
             let state = TransferState(body: request.body ?? .empty, sink: sink == nil ? nil : escapableSink,
                                       cancel: cancel, onSent: onSent, onReceived: onReceived)
             state.onResponseStart = onResponseStart
-            defer { traffic?.pointee = (state.bodyBytesSent, state.bodyBytesReceived) }
+            defer { traffic?.pointee = (state.bodyBytesSent, state.bodyBytesReceived, state.connectionsOpened) }
             return run(request, on: handle.raw, state: state)
         }
     }
@@ -89,8 +122,13 @@ final class CurlTransport: Sendable {
         curl_easy_reset(curl)
         let config = configuration
         dbx_setopt_str(curl, CURLOPT_URL, request.url)
-        dbx_setopt_long(curl, CURLOPT_POST, 1)
-        dbx_setopt_off_t(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(state.body.length))
+        switch request.method {
+        case .post:
+            dbx_setopt_long(curl, CURLOPT_POST, 1)
+            dbx_setopt_off_t(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(state.body.length))
+        case .options:
+            dbx_setopt_str(curl, CURLOPT_CUSTOMREQUEST, "OPTIONS")
+        }
         dbx_setopt_slist(curl, CURLOPT_HTTPHEADER, headerList)
         dbx_setopt_str(curl, CURLOPT_USERAGENT, config.userAgent)
         dbx_setopt_long(curl, CURLOPT_NOSIGNAL, 1)  // required with threads: no SIGALRM for DNS timeouts
@@ -102,7 +140,7 @@ final class CurlTransport: Sendable {
             dbx_setopt_str(curl, CURLOPT_CAINFO, ca)
             dbx_setopt_str(curl, CURLOPT_CAPATH, "/etc/ssl/certs")
         }
-        dbx_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, config.connectTimeout)
+        dbx_setopt_long(curl, CURLOPT_CONNECTTIMEOUT, request.connectTimeout ?? config.connectTimeout)
         if let total = request.totalTimeout {
             dbx_setopt_long(curl, CURLOPT_TIMEOUT, total)
         } else {
@@ -139,6 +177,9 @@ final class CurlTransport: Sendable {
 
         let code = withExtendedLifetime(state) { curl_easy_perform(curl) }
         state.curl = nil
+        var opened = 0
+        dbx_getinfo_long(curl, CURLINFO_NUM_CONNECTS, &opened)
+        state.connectionsOpened = opened
 
         if let localError = state.responseStartError { return .failure(localError) }
         if state.shouldAbort { return .failure(.cancelled) }
@@ -150,22 +191,49 @@ final class CurlTransport: Sendable {
         }
         var status = 0
         dbx_getinfo_long(curl, CURLINFO_RESPONSE_CODE, &status)
-        return .success(HTTPResponse(status: status, headers: state.headers, body: state.collected))
+        return .success(HTTPResponse(status: status, headers: state.headers, body: state.collected, connectionsOpened: opened))
     }
 
-    private func checkout() -> CurlPointer {
-        if let handle = idleHandles.withLock({ $0.popLast() }) { return handle }
-        guard let raw = curl_easy_init() else { fatalError("curl_easy_init failed (out of memory)") }
-        return CurlPointer(raw: raw)
+    // MARK: Warm connections
+
+    /// Opens a connection to `url`'s origin, or confirms a kept one, with an OPTIONS request that
+    /// carries no token and no body: Dropbox answers OPTIONS on its API hosts (browsers' CORS
+    /// preflights), and whatever the status, the connection stays for the next call. (libcurl's
+    /// CURLOPT_CONNECT_ONLY would skip the request, but libcurl never hands a connect-only
+    /// connection to a later transfer.) `fresh`: on a handle with no connection there, so it opens
+    /// one more. Returns the new connections it opened, or the error.
+    func warm(_ url: String, timeout: Int, fresh: Bool = false, cancel: CancelHandle? = nil) -> Result<Int, DropboxError> {
+        perform(HTTPRequest(url: url, headers: [], body: nil, totalTimeout: timeout, method: .options, freshConnection: fresh),
+                cancel: cancel)
+            .map(\.connectionsOpened)
     }
 
-    private func checkin(_ handle: CurlPointer) {
-        let kept = idleHandles.withLock { idle -> Bool in
-            guard idle.count < configuration.maxIdleHandles else { return false }
-            idle.append(handle)
-            return true
-        }
-        if !kept { curl_easy_cleanup(handle.raw) }
+    /// Idle handles with a connection to `url`'s origin.
+    func idleConnections(to url: String) -> Int { pool.idleConnections(to: Self.origin(of: url)) }
+
+    /// Warm-ups of `url`'s origin in flight (for tests).
+    func warmUpsInFlight(of url: String) -> Int { pool.warmUpsInFlight(Self.origin(of: url)) }
+
+    /// Seconds since the last request other than a warm-up ended; nil if none has.
+    var secondsSinceLastCall: Double? {
+        let last = lastCall.load(ordering: .relaxed)
+        return last == 0 ? nil : Double(DispatchTime.now().uptimeNanoseconds - last) / 1e9
+    }
+
+    /// Seconds since a request to `url`'s origin last ended; nil if none has.
+    func idleSeconds(of url: String) -> Double? {
+        let origin = Self.origin(of: url)
+        guard let last = lastUse.withLock({ $0[origin] }) else { return nil }
+        return Double(DispatchTime.now().uptimeNanoseconds - last) / 1e9
+    }
+
+    /// "https://content.dropboxapi.com" of "https://content.dropboxapi.com/2/files/download":
+    /// scheme, host and port, what libcurl tells its connections apart by.
+    static func origin(of url: String) -> String {
+        guard let schemeEnd = url.range(of: "://") else { return url }
+        let rest = url[schemeEnd.upperBound...]
+        let hostEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
+        return String(url[..<hostEnd]).lowercased()
     }
 }
 
@@ -187,6 +255,8 @@ private final class TransferState {
         return buffer
     }()
     var localError: DropboxError?
+    /// New connections the transfer opened (CURLINFO_NUM_CONNECTS), once it ended.
+    var connectionsOpened = 0
     var onResponseStart: ((Int, [String: String]) -> DropboxError?)?
     var responseStartError: DropboxError?
     private(set) var shouldAbortBySink = false

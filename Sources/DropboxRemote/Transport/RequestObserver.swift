@@ -37,11 +37,13 @@ public struct RequestAttempt: Sendable, Equatable {
     /// Body bytes sent (uploads, JSON arguments) and received (downloads, JSON answers).
     public var bytesSent: UInt64
     public var bytesReceived: UInt64
+    /// New connections (TCP and TLS handshakes) the request opened: 0 on a kept-alive connection.
+    public var connectionsOpened: Int
 
     public init(route: String, kind: RequestKind, outcome: RequestOutcome, seconds: Double, bytesSent: UInt64,
-                bytesReceived: UInt64) {
+                bytesReceived: UInt64, connectionsOpened: Int = 0) {
         self.route = route; self.kind = kind; self.outcome = outcome; self.seconds = seconds
-        self.bytesSent = bytesSent; self.bytesReceived = bytesReceived
+        self.bytesSent = bytesSent; self.bytesReceived = bytesReceived; self.connectionsOpened = connectionsOpened
     }
 }
 

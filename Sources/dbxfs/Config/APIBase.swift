@@ -41,12 +41,14 @@ enum APIBase {
         return nil
     }
 
-    /// 127.0.0.0/8, ::1 or `localhost` (RFC 6761: always this machine), as a URL's host spells them.
+    /// 127.0.0.0/8, ::1, `localhost` or a name under it (RFC 6761 6.3: always this machine; libcurl
+    /// resolves them to loopback itself, without DNS: 7.88 here), as a URL's host spells them. `http://{host}.localhost:PORT`
+    /// gives an emulator's four hosts four names, as Dropbox's are.
     static func isLoopback(_ host: String) -> Bool {
         var name = host.lowercased()
         if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
         if name.hasSuffix(".") { name.removeLast() }
-        if name == "localhost" { return true }
+        if name == "localhost" || name.hasSuffix(".localhost") { return true }
         var v4 = in_addr()
         if inet_pton(AF_INET, name, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
         var v6 = in6_addr()

@@ -78,11 +78,21 @@ struct MountBackend: CustomStringConvertible {
         let checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                      retryPolicy: RetryPolicy(maxAttempts: 2))
         let checker = DropboxClient(configuration: checkConfiguration, tokens: credentials.tokens)
+        // The mount's clients share the check's connections, and once the account is checked,
+        // connections to the api and the content host are opened and kept while the mount is in
+        // use: the first listing and the first download pay one round trip, not three
+        // (ConnectionWarmer.swift). Token-less, never retried; a failure is a debug line.
+        let warmer = ConnectionWarmer(client: checker) { url, error in
+            logger.debug("opening a connection ahead of need (\(url)) failed: \(error)")
+        }
+        var warmerHandedOver = false
+        defer { if !warmerHandedOver { warmer.stop() } }
         var account: OfflineStart.SavedAccount
         // Offline start (issue 7): Dropbox unreachable, but an earlier mount saved a tree to serve.
         var offlineAt: (cacheDirectory: URL, reason: String)?
         do {
             let full = try checker.currentAccount()
+            warmer.start()
             account = OfflineStart.SavedAccount(email: full.email, displayName: full.name.displayName, accountID: full.accountID,
                                                 pathRootNamespace: teamRoot(full.rootInfo, options: options, logger: logger))
         } catch {
@@ -104,7 +114,7 @@ struct MountBackend: CustomStringConvertible {
         let pathRoot = account.pathRootNamespace.map { PathRoot.root($0) }
         var rootedCheck = checkConfiguration
         rootedCheck.pathRoot = pathRoot
-        let rootedChecker = DropboxClient(configuration: rootedCheck, tokens: credentials.tokens)
+        let rootedChecker = checker.sharingConnections(configuration: rootedCheck, tokens: credentials.tokens)
         var rootLower: String?
         if !options.root.isEmpty && offlineAt == nil {
             do {
@@ -154,7 +164,7 @@ struct MountBackend: CustomStringConvertible {
         let observer: any RequestObserver = metrics.map { RequestObservers([connection, $0]) } ?? connection
         var mainConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, pathRoot: pathRoot)
         mainConfiguration.observer = observer
-        let client = DropboxClient(configuration: mainConfiguration, tokens: credentials.tokens)
+        let client = checker.sharingConnections(configuration: mainConfiguration, tokens: credentials.tokens)
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
@@ -217,7 +227,7 @@ struct MountBackend: CustomStringConvertible {
         // Case aliases: a file looked up in another case gets its own inode number, so the kernel
         // passes case-only renames on (VFSCache/Facade/CaseAliases.swift).
         var backend = MountBackend(operations: CaseAliases(operations.filesystem), description: what, logFile: logFile,
-                                   shutdown: { pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
+                                   shutdown: { warmer.stop(); pinned?.stop(); feed?.stop(); operations.shutdown() }, statusSource: status, cacheLock: cacheLock)
         // A person waits on the file commands: a client that gives up in seconds (FileCommandService).
         var commandConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                        retryPolicy: RetryPolicy(maxAttempts: 3, maxTotalWait: 20), pathRoot: pathRoot)
@@ -244,6 +254,7 @@ struct MountBackend: CustomStringConvertible {
         }
         if createdCache { backend.discardNewCache = { discard(cacheDirectory) } }
         keepCache = true
+        warmerHandedOver = true
         return backend
     }
 
