@@ -91,17 +91,21 @@ final class BlockStore: @unchecked Sendable {
     /// (EACCES for content Dropbox refuses), with one error line naming the file, the range and
     /// the cause.
     func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize) throws(Errno) -> [Slice] {
+        let started = ContinuousClock.now
         if let block = memory.get(request.key) {
             config.observer?.blockHit(in: .memory)
+            if case .around = size { trace(request, within, "memory", since: started) }
             return [Slice(block: block, bytes: within, isWholeBlock: true)]
         }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
             if case .around(let bytes) = size,
                let slices = try fragments(of: request, within: within, around: bytes, deadline: deadline) {
+                trace(request, within, "fragments", since: started)
                 return slices
             }
             let block = try wholeBlock(request, prefix: within.upperBound, deadline: deadline)
+            if case .around = size { trace(request, within, "block", since: started) }
             return [Slice(block: block, bytes: within, isWholeBlock: true)]
         } catch {
             let failure = failures.withLock { $0[request.key] }
@@ -111,6 +115,19 @@ final class BlockStore: @unchecked Sendable {
             log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(from) to \(to) failed: \(cause)")
             throw error == .timedOut ? .io : error
         }
+    }
+
+    /// When this store began, for the read trace's times.
+    private let createdAt = ContinuousClock.now
+
+    /// One debug line per random read: when (seconds since the mount), which block, where its
+    /// bytes came from and how long the read waited. What the random-read analysis in
+    /// docs/BENCHMARKS.md was measured with.
+    private func trace(_ request: BlockRequest, _ within: Range<Int>, _ source: String, since started: ContinuousClock.Instant) {
+        guard log.level >= .debug else { return }
+        let now = ContinuousClock.now
+        let at = (now - createdAt) / .milliseconds(1), waited = (now - started) / .milliseconds(1)
+        log.debug("read trace: t \(String(format: "%.1f", at)) ms, block \(request.key.index) at \(within.lowerBound), \(source), waited \(String(format: "%.2f", waited)) ms")
     }
 
     /// The whole block, every byte in (the write side copies blocks out whole).
@@ -462,6 +479,14 @@ final class BlockStore: @unchecked Sendable {
     private func download(_ run: [(request: BlockRequest, fetch: Fetch)], epoch: Int, computeDigests: Bool,
                           droppedByReader: (UInt64) -> Bool = { _ in false }) {
         guard let first = run.first?.request, let last = run.last?.request else { return }
+        let started = ContinuousClock.now
+        defer {
+            if log.level >= .debug {
+                let now = ContinuousClock.now
+                let at = (started - createdAt) / .milliseconds(1), took = (now - started) / .milliseconds(1)
+                log.debug("download trace: t \(String(format: "%.1f", at)) ms, \(first.key.isWholeBlock ? "blocks" : "fragments") \(first.key) to \(last.key.index)\(last.key.isWholeBlock ? "" : ".\(last.key.part)"), \(last.range.upperBound - first.range.lowerBound) bytes, took \(String(format: "%.1f", took)) ms")
+            }
+        }
         var position = 0            // the block being filled
         var filling: CachedBlock?
         var failure: RemoteError?
