@@ -203,11 +203,14 @@ final class BlockStore: @unchecked Sendable {
         if let slices = fragmentsFromDisk(of: request, within: within) { return slices }
         // The arriving block is waited for here, not through `wholeBlock`: had it just finished,
         // `wholeBlock` would load all 4 MiB of it back from disk into `memory` (the sequential
-        // readers' cache) for these few bytes. A fill stopped meanwhile (EAGAIN): fragments.
+        // readers' cache) for these few bytes.
         if let whole = flights.existing(FlightKey(block: request.key, epoch: epoch)), whole.filled + 2 * piece >= within.upperBound {
             do throws(Errno) {
                 return [Slice(block: try whole.wait(forPrefix: within.upperBound, until: deadline), bytes: within, isWholeBlock: true)]
-            } catch where error == .again {}
+            } catch where error == .again {
+                // Gone to disk (the fill let go of it), or the fill stopped.
+                if let slices = fragmentsFromDisk(of: request, within: within) { return slices }
+            }
         }
         let first = within.lowerBound / piece, last = (within.upperBound - 1) / piece
         let groupStart = within.lowerBound / group * group
@@ -621,6 +624,7 @@ final class BlockStore: @unchecked Sendable {
                     // block before it drops it) either dropped it after we kept it, or is seen here.
                     if droppedByReader(request.key.index) { memory.remove(request.key) }
                     flights.finish(fetch, .success(block))
+                    if intoDisk { fetch.dropBlock() }
                     position += 1
                     filling = nil
                 }
