@@ -23,6 +23,8 @@ import Testing
             config.readAheadMaxBytes = 16 << 20
             config.prefetchThreshold = 256 << 10
             config.completeBlocksAfterRoundTrip = 0.02
+            config.fillFilesAfterRoundTrip = 0.02
+            config.fillAfterFragmentDownloads = 8   // the mount's 16 would take 16-block reads
             config.cacheDirectory = directory
             change(&config)
         }
@@ -49,7 +51,8 @@ import Testing
         let handle = try vfs.open(file, flags: .read).handle
         defer { vfs.release(file, handle: handle) }
         // Eight blocks of sixteen touched (at least 4 are, a sixty-fourth of a bigger file), with
-        // eight fragment downloads timed (the first few are not trusted).
+        // eight fragment downloads timed (`fillAfterFragmentDownloads` here; the first few are
+        // not trusted).
         for offset in offsets(inBlocks: [1, 3, 5, 7, 9, 11, 13, 15]) {
             #expect(try vfs.read(file, handle: handle, offset: UInt64(offset), size: 4096) == Array(data[offset..<(offset + 4096)]))
         }

@@ -44,11 +44,6 @@ final class BlockStore: @unchecked Sendable {
     /// were timed.
     private let fragmentRoundTrip = Atomic<Int>(0)
     private let fragmentRoundTrips = Atomic<Int>(0)
-    /// Fragment downloads timed before a file may be filled whole: each reader's first download
-    /// opens a connection (TCP and TLS handshakes, two more round trips), so the first few
-    /// samples make any server look far; the minimum over two rounds of 4 readers does not.
-    /// (Deciding on the first samples filled files on loopback: 337 instead of ~1400 ops/s.)
-    private static let roundTripsBeforeFill = 8
     /// Random readers' blocks completed, and files filled, in the background. Set once, at the
     /// end of `init` (its jobs call back into this store).
     private(set) var fill: BackgroundFill!
@@ -239,10 +234,17 @@ final class BlockStore: @unchecked Sendable {
         }
         let started = Date()
         for run in runs where !run.isEmpty { download(run, epoch: epoch, computeDigests: false) }
-        if runs[0].count > 0, noteFragmentRoundTrip(Date().timeIntervalSince(started)) {
+        if runs[0].count > 0, case let roundTrip = noteFragmentRoundTrip(Date().timeIntervalSince(started)),
+           roundTrip >= config.completeBlocksAfterRoundTrip {
             let file = BackgroundFill.File(fileID: request.key.fileID, rev: request.key.rev, path: request.path,
                                            size: fileSize, blockSize: config.blockSize)
-            let wholeFile = fragmentRoundTrips.load(ordering: .relaxed) >= Self.roundTripsBeforeFill && mayFillWholeFile(size: fileSize)
+            // The whole file only on firmer evidence of a far server: each reader's first download
+            // opens a connection (TCP and TLS handshakes, two more round trips), so the first
+            // samples make any server look far, and on a loaded machine CPU waits alone pass 10 ms.
+            // Filling a file on loopback by mistake cost 4x (bench-read-ab at load 14-17: 259
+            // instead of ~1000 ops/s): a fill costs the CPU of the whole file.
+            let wholeFile = fragmentRoundTrips.load(ordering: .relaxed) >= config.fillAfterFragmentDownloads
+                && roundTrip >= config.fillFilesAfterRoundTrip && mayFillWholeFile(size: fileSize)
             if fill.touched(request.key.index, of: file, epoch: epoch, wholeFile: wholeFile) {
                 log.debug("read of \(request.path): read at random at long round trips, the rest of it is fetched in the background")
             }
@@ -373,20 +375,20 @@ final class BlockStore: @unchecked Sendable {
     /// The readers of a file are gone (its last handle closed): its background fill stops.
     func readersGone(fileID: String) { fill.stop(fileID: fileID) }
 
-    /// Records how long a fragment download took and says whether round trips are long enough
-    /// for blocks to be completed (and files filled) in the background. The estimate is a slowly rising minimum (in
-    /// microseconds): a fetch is the round trip plus waiting for a busy CPU, and on a loaded
+    /// Records how long a fragment download took and returns the round-trip estimate (seconds),
+    /// against which blocks are completed (and files filled) in the background. The estimate is
+    /// a slowly rising minimum (in microseconds): a fetch is the round trip plus waiting for a busy CPU, and on a loaded
     /// machine the wait alone passed 10 ms on loopback, where completing blocks cost four times
     /// the random reads' speed (CPU, not the network, was short); the fastest recent fetches
     /// show the round trip itself.
-    private func noteFragmentRoundTrip(_ seconds: Double) -> Bool {
+    private func noteFragmentRoundTrip(_ seconds: Double) -> Double {
         let sample = Int(seconds * 1_000_000)
         fragmentRoundTrips.add(1, ordering: .relaxed)
         var current = fragmentRoundTrip.load(ordering: .relaxed)
         while true {
             let estimate = current == 0 || sample < current ? sample : current + (sample - current) / 32
             let (exchanged, original) = fragmentRoundTrip.compareExchange(expected: current, desired: estimate, ordering: .relaxed)
-            if exchanged { return Double(estimate) / 1_000_000 >= config.completeBlocksAfterRoundTrip }
+            if exchanged { return Double(estimate) / 1_000_000 }
             current = original
         }
     }

@@ -76,10 +76,16 @@ public struct VFSConfig: Sendable {
     /// read-ahead: random reads of a big file do not grow the daemon's memory past it.
     public var randomReadMemoryBytes: Int = 16 << 20
     /// Files of at most this many bytes (and at most a quarter of `diskCacheBytes`) that are read
-    /// at random at long round trips (see `completeBlocksAfterRoundTrip`), in enough places (a
+    /// at random at long round trips (see `fillFilesAfterRoundTrip`), in enough places (a
     /// sixty-fourth of their blocks, at least 4), are fetched whole in the background into the
     /// disk cache, until their last handle is closed (docs/VFSCACHE.md). 0: never.
     public var fillFilesReadAtRandomUpTo: Int64 = 2 << 30
+    /// The fill needs firmer evidence of a far server than a block's completion: at least this
+    /// many fragment downloads timed (each reader's first one includes a connection's
+    /// handshakes), and a round-trip estimate of at least `fillFilesAfterRoundTrip` seconds
+    /// (a loaded CPU's waits alone pass 10 ms on loopback).
+    public var fillAfterFragmentDownloads: Int = 16
+    public var fillFilesAfterRoundTrip: Double = 0.015
     /// Parallel ranged downloads (and connections) of that background fill, and of the blocks
     /// random reads touched at long round trips.
     public var backgroundFillParallelism: Int = 16
