@@ -51,6 +51,18 @@ final class BlockFlights<Key: Hashable & Sendable>: @unchecked Sendable {
             condition.unlock()
         }
 
+        /// Lets go of the finished block: a fetch stays referenced by the download that ran it
+        /// until the whole span is in, so without this each background-fill thread held up to
+        /// 16 MiB of blocks already on disk. Whoever still waits gets EAGAIN and reads the block
+        /// from where it went (the disk cache).
+        func dropBlock() {
+            condition.lock()
+            block = nil
+            outcome = .failure(.again)
+            condition.broadcast()
+            condition.unlock()
+        }
+
         /// The block once its first `prefix` bytes are in: possibly before the rest, possibly
         /// from a download that broke off later. Throws the fetch's error if it ended without
         /// them (EAGAIN: it gave the block up, fetch it yourself), ETIMEDOUT at `deadline`.

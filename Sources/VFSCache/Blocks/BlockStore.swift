@@ -6,7 +6,11 @@
 /// parallel. Random readers fetch fragments on their own thread (`VFSConfig.fragmentBytes`,
 /// aligned, more at once the longer a reader stays sequential): a 4 KiB read costs a 128 KiB
 /// download, not a 4 MiB one. Downloaded blocks are handed to a separate disk-writer thread, or
-/// dropped when it is behind, so no reader waits for the disk cache; fragments stay in memory.
+/// dropped when it is behind, so no reader waits for the disk cache. Random readers' bytes live in
+/// a memory cache of their own (`scattered`, small), apart from the sequential readers' (`memory`,
+/// which holds their read-ahead window): fragments, and fragments read back from blocks on disk.
+/// At long round trips their blocks are completed, and small enough files fetched whole, in the
+/// background straight into the disk cache (`BackgroundFill`).
 import ContentHash
 import Foundation
 import Synchronization
@@ -15,6 +19,10 @@ final class BlockStore: @unchecked Sendable {
     // @unchecked: `pendingDiskBytes` is only touched with `diskQueue` locked; the rest is immutable
     // or Sendable.
     let memory: MemoryBlockCache
+    /// Random readers' fragments (and, without a disk cache, their completed blocks), under a
+    /// budget of their own (`VFSConfig.randomReadMemoryBytes`): however much of a file random
+    /// readers touch, the daemon's memory does not grow with it.
+    let scattered: MemoryBlockCache
     let disk: DiskBlockCache?
     /// Fetches under way, keyed by block and purge epoch: a fetch that began before a purge of its
     /// file is never joined after it, and does not put what it read back into the caches.
@@ -32,10 +40,13 @@ final class BlockStore: @unchecked Sendable {
     let usesPieceDigests: Bool
     /// Fragment size in use (`VFSConfig.fragmentBytes`); 0 when every fetch is a whole block.
     let fragmentBytes: Int
-    /// Round trip of fragment downloads, in microseconds (`noteFragmentRoundTrip`).
+    /// Round trip of fragment downloads, in microseconds (`noteFragmentRoundTrip`), and how many
+    /// were timed.
     private let fragmentRoundTrip = Atomic<Int>(0)
-    /// Background completions of blocks queued and not started (`completeInBackground`).
-    private let completionsQueued = Atomic<Int>(0)
+    private let fragmentRoundTrips = Atomic<Int>(0)
+    /// Random readers' blocks completed, and files filled, in the background. Set once, at the
+    /// end of `init` (its jobs call back into this store).
+    private(set) var fill: BackgroundFill!
     private let readAheadPool: WorkerPool
     /// Whole blocks a reader waits for: downloaded here, so the reader can take its bytes as they
     /// arrive while the rest of the block follows.
@@ -60,6 +71,7 @@ final class BlockStore: @unchecked Sendable {
         self.disk = disk
         self.log = log
         memory = MemoryBlockCache(budget: config.memoryCacheBytes, observer: config.observer)
+        scattered = MemoryBlockCache(budget: config.randomReadMemoryBytes, observer: config.observer)
         usesPieceDigests = config.verifyContentHash && config.blockSize % DropboxContentHasher.blockSize == 0
         let fragment = config.fragmentBytes
         fragmentBytes = fragment > 0 && fragment < config.blockSize && config.blockSize % fragment == 0 ? fragment : 0
@@ -67,14 +79,18 @@ final class BlockStore: @unchecked Sendable {
         fetchPool = WorkerPool(name: "dbxfs-fetch", threads: config.readAheadParallelism)
         diskWriter = WorkerPool(name: "dbxfs-diskcache", threads: 2)
         wholeFileWriter = WorkerPool(name: "dbxfs-wholefile", threads: 1)
+        fill = BackgroundFill(threads: config.backgroundFillParallelism, spanBlocks: config.readAheadSpanBlocks) { [unowned self] job in
+            fillBlocks(job)
+        }
     }
 
     /// What a read asks to be downloaded when its bytes are not cached.
     enum FetchSize: Equatable, Sendable {
         /// The whole block (sequential readers: read-ahead and the content-hash check need it).
         case wholeBlock
-        /// About this many bytes around the read, in fragments (random readers).
-        case around(Int)
+        /// About this many bytes around the read, in fragments (random readers), of a file of
+        /// `fileSize` bytes.
+        case around(Int, fileSize: UInt64)
     }
 
     /// Bytes a reader asked for: `bytes` of `block`'s buffer (filled at least that far), which
@@ -91,17 +107,21 @@ final class BlockStore: @unchecked Sendable {
     /// (EACCES for content Dropbox refuses), with one error line naming the file, the range and
     /// the cause.
     func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize) throws(Errno) -> [Slice] {
-        if let block = memory.get(request.key) {
+        let started = ContinuousClock.now
+        if let block = memory.get(request.key) ?? scattered.get(request.key) {
             config.observer?.blockHit(in: .memory)
+            if case .around = size { trace(request, within, "memory", since: started) }
             return [Slice(block: block, bytes: within, isWholeBlock: true)]
         }
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         do throws(Errno) {
-            if case .around(let bytes) = size,
-               let slices = try fragments(of: request, within: within, around: bytes, deadline: deadline) {
+            if case .around(let bytes, let fileSize) = size,
+               let slices = try fragments(of: request, within: within, around: bytes, fileSize: fileSize, deadline: deadline) {
+                trace(request, within, "fragments", since: started)
                 return slices
             }
             let block = try wholeBlock(request, prefix: within.upperBound, deadline: deadline)
+            if case .around = size { trace(request, within, "block", since: started) }
             return [Slice(block: block, bytes: within, isWholeBlock: true)]
         } catch {
             let failure = failures.withLock { $0[request.key] }
@@ -111,6 +131,19 @@ final class BlockStore: @unchecked Sendable {
             log.error("read of \(request.path) (rev \(request.key.rev)) bytes \(from) to \(to) failed: \(cause)")
             throw error == .timedOut ? .io : error
         }
+    }
+
+    /// When this store began, for the read trace's times.
+    private let createdAt = ContinuousClock.now
+
+    /// One debug line per random read: when (seconds since the mount), which block, where its
+    /// bytes came from and how long the read waited. What the random-read analysis in
+    /// docs/BENCHMARKS.md was measured with.
+    private func trace(_ request: BlockRequest, _ within: Range<Int>, _ source: String, since started: ContinuousClock.Instant) {
+        guard log.level >= .debug else { return }
+        let now = ContinuousClock.now
+        let at = (now - createdAt) / .milliseconds(1), waited = (now - started) / .milliseconds(1)
+        log.debug("read trace: t \(String(format: "%.1f", at)) ms, block \(request.key.index) at \(within.lowerBound), \(source), waited \(String(format: "%.2f", waited)) ms")
     }
 
     /// The whole block, every byte in (the write side copies blocks out whole).
@@ -142,15 +175,15 @@ final class BlockStore: @unchecked Sendable {
     }
 
     /// A random reader's bytes from fragments of the block: those in memory, those on their way,
-    /// and the rest downloaded now, on this thread (small: no hand-off), `around` bytes rounded
-    /// up to a power-of-two number of fragments, aligned, covering the read, in one request. nil
-    /// when the whole block should be read instead: it is on disk, or on its way and nearly at
-    /// these bytes, or `around` covers it.
+    /// those read from the block on disk, and the rest downloaded now, on this thread (small: no
+    /// hand-off), `around` bytes rounded up to a power-of-two number of fragments, aligned,
+    /// covering the read, in one request; or the block itself when it is on its way and nearly at
+    /// these bytes. nil when the whole block should be read instead (`around` covers it).
     ///
     /// Fragments are served as any ranged HTTP read is, without a content-hash check: a 4 MiB
     /// piece's digest needs the whole piece. The whole-file check concerns sequential readers,
     /// which read whole blocks (docs/VFSCACHE.md, "Fragments").
-    private func fragments(of request: BlockRequest, within: Range<Int>, around: Int,
+    private func fragments(of request: BlockRequest, within: Range<Int>, around: Int, fileSize: UInt64,
                            deadline: Date) throws(Errno) -> [Slice]? {
         let piece = fragmentBytes
         guard piece > 0, request.length > piece else { return nil }
@@ -158,11 +191,21 @@ final class BlockStore: @unchecked Sendable {
         while group < around { group *= 2 }
         guard group < request.length else { return nil }
         let epoch = self.epoch(of: request.key.fileID)
-        // The whole block on disk beats a round trip; on its way, it does if its bytes are about
-        // to reach ours (it arrives in order: bytes near its end may be a long transfer away).
-        if disk?.contains(request.key) == true { return nil }
+        // The block on disk beats a round trip: its fragments are read from there (not all of it:
+        // memory for random readers stays small). On its way, the whole block does if its bytes
+        // are about to reach ours (it arrives in order: bytes near its end may be a long transfer
+        // away).
+        if let slices = fragmentsFromDisk(of: request, within: within) { return slices }
+        // The arriving block is waited for here, not through `wholeBlock`: had it just finished,
+        // `wholeBlock` would load all 4 MiB of it back from disk into `memory` (the sequential
+        // readers' cache) for these few bytes.
         if let whole = flights.existing(FlightKey(block: request.key, epoch: epoch)), whole.filled + 2 * piece >= within.upperBound {
-            return nil
+            do throws(Errno) {
+                return [Slice(block: try whole.wait(forPrefix: within.upperBound, until: deadline), bytes: within, isWholeBlock: true)]
+            } catch where error == .again {
+                // Gone to disk (the fill let go of it), or the fill stopped.
+                if let slices = fragmentsFromDisk(of: request, within: within) { return slices }
+            }
         }
         let first = within.lowerBound / piece, last = (within.upperBound - 1) / piece
         let groupStart = within.lowerBound / group * group
@@ -175,9 +218,9 @@ final class BlockStore: @unchecked Sendable {
         for part in groupFirst...groupLast {
             let fragment = request.fragment(part, fragmentBytes: piece)
             let needed = part >= first && part <= last
-            if needed, let block = memory.get(fragment.key) {
+            if needed, let block = scattered.get(fragment.key) {
                 found[part] = block
-            } else if !needed, memory.contains(fragment.key) {
+            } else if !needed, scattered.contains(fragment.key) {
                 // Cached already: the run of fragments to download ends here.
             } else {
                 let (fetch, claimed) = flights.joinOrClaim(FlightKey(block: fragment.key, epoch: epoch))
@@ -191,8 +234,20 @@ final class BlockStore: @unchecked Sendable {
         }
         let started = Date()
         for run in runs where !run.isEmpty { download(run, epoch: epoch, computeDigests: false) }
-        if runs[0].count > 0, noteFragmentRoundTrip(Date().timeIntervalSince(started)) {
-            completeInBackground(request, epoch: epoch)
+        if runs[0].count > 0, case let roundTrip = noteFragmentRoundTrip(Date().timeIntervalSince(started)),
+           roundTrip >= config.completeBlocksAfterRoundTrip {
+            let file = BackgroundFill.File(fileID: request.key.fileID, rev: request.key.rev, path: request.path,
+                                           size: fileSize, blockSize: config.blockSize)
+            // The whole file only on firmer evidence of a far server: each reader's first download
+            // opens a connection (TCP and TLS handshakes, two more round trips), so the first
+            // samples make any server look far, and on a loaded machine CPU waits alone pass 10 ms.
+            // Filling a file on loopback by mistake cost 4x (bench-read-ab at load 14-17: 259
+            // instead of ~1000 ops/s): a fill costs the CPU of the whole file.
+            let wholeFile = fragmentRoundTrips.load(ordering: .relaxed) >= config.fillAfterFragmentDownloads
+                && roundTrip >= config.fillFilesAfterRoundTrip && mayFillWholeFile(size: fileSize)
+            if fill.touched(request.key.index, of: file, epoch: epoch, wholeFile: wholeFile) {
+                log.debug("read of \(request.path): read at random at long round trips, the rest of it is fetched in the background")
+            }
         }
 
         var slices: [Slice] = []
@@ -243,36 +298,97 @@ final class BlockStore: @unchecked Sendable {
         }
     }
 
-    /// After a random read's fragment took a long round trip, the rest of its block follows in
-    /// the background, on the read-ahead pool: later reads anywhere in the block then find it in
-    /// memory instead of paying a round trip each (random readers at 20 ms or across a WAN hit
-    /// the same blocks again and again), and the block goes to the disk cache. On a short round
-    /// trip a fragment costs little and a whole block would cost the bandwidth and CPU of 4 MiB,
-    /// so nothing follows. At most `2 × readAheadParallelism` blocks wait at once.
-    private func completeInBackground(_ request: BlockRequest, epoch: Int) {
-        guard completionsQueued.load(ordering: .relaxed) < 2 * max(1, config.readAheadParallelism),
-              !memory.contains(request.key), !flights.isRunning(FlightKey(block: request.key, epoch: epoch)) else { return }
-        completionsQueued.add(1, ordering: .relaxed)
-        let submitted = readAheadPool.submit { [self] in
-            completionsQueued.subtract(1, ordering: .relaxed)
-            fetchSpan([request], epoch: epoch, computeDigests: false, droppedByReader: { _ in false })
+    /// The fragments of the block holding `within`, when the block is on disk: from `scattered`,
+    /// else read from the disk cache (one aligned fragment each) and kept in `scattered`. nil when
+    /// the disk cache does not have the block (or fails to read it).
+    private func fragmentsFromDisk(of request: BlockRequest, within: Range<Int>) -> [Slice]? {
+        guard let disk, disk.contains(request.key) else { return nil }
+        let piece = fragmentBytes
+        let epoch = self.epoch(of: request.key.fileID)
+        var slices: [Slice] = []
+        for part in (within.lowerBound / piece)...((within.upperBound - 1) / piece) {
+            let fragment = request.fragment(part, fragmentBytes: piece)
+            let start = part * piece
+            let bytes = (max(within.lowerBound, start) - start)..<(min(within.upperBound, start + piece) - start)
+            if let block = scattered.get(fragment.key) {
+                slices.append(Slice(block: block, bytes: bytes, isWholeBlock: false))
+                continue
+            }
+            guard let storage = disk.read(request.key, length: request.length, range: start..<(start + fragment.length)) else { return nil }
+            config.observer?.blockHit(in: .disk)
+            let block = CachedBlock(adopting: storage, computeDigests: false)
+            keepInMemory(fragment.key, block, epoch: epoch)
+            slices.append(Slice(block: block, bytes: bytes, isWholeBlock: false))
         }
-        if !submitted { completionsQueued.subtract(1, ordering: .relaxed) }
+        return slices
     }
 
-    /// Records how long a fragment download took and says whether round trips are long enough
-    /// for blocks to be completed in the background. The estimate is a slowly rising minimum (in
-    /// microseconds): a fetch is the round trip plus waiting for a busy CPU, and on a loaded
+    /// Whether a file of `size` bytes read at random may be fetched whole in the background: it
+    /// fits `VFSConfig.fillFilesReadAtRandomUpTo` and a quarter of the disk cache's budget (so a
+    /// fill never pushes most of the cache out, and a big disk image read at random is never
+    /// downloaded whole by surprise).
+    private func mayFillWholeFile(size: UInt64) -> Bool {
+        guard let disk, config.fillFilesReadAtRandomUpTo > 0 else { return false }
+        return size <= UInt64(config.fillFilesReadAtRandomUpTo) && Int64(clamping: size) <= disk.budget / 4
+    }
+
+    /// A background fill's job: the blocks of the span that are cached nowhere and not on their
+    /// way, claimed and downloaded run by run, each straight into the disk cache (not memory:
+    /// `keepFilled`). Blocks already in memory or on disk are skipped, not read.
+    private func fillBlocks(_ job: BackgroundFill.Job) {
+        guard let fileID = job.blocks.first?.key.fileID, isCurrent(job.epoch, of: fileID) else { return }
+        var run: [(request: BlockRequest, fetch: Fetch)] = []
+        func downloadRun() {
+            if job.stillWanted() {
+                download(run, epoch: job.epoch, computeDigests: false, intoDisk: true, stillWanted: job.stillWanted)
+            } else {
+                for (_, fetch) in run { flights.finish(fetch, .failure(.again)) }   // whoever joined fetches it
+            }
+            run = []
+        }
+        for request in job.blocks {
+            guard job.stillWanted() else { break }
+            let cached = memory.contains(request.key) || scattered.contains(request.key) || disk?.contains(request.key) == true
+            guard !cached, let fetch = flights.claim(FlightKey(block: request.key, epoch: job.epoch)) else {
+                downloadRun()   // cached, or someone else has this one: the run ends here
+                continue
+            }
+            run.append((request, fetch))
+        }
+        downloadRun()
+    }
+
+    /// A block the background fill downloaded: written to the disk cache here and now (the fill's
+    /// thread waits for it, so no block waits in memory for the disk writer), and the random
+    /// readers' fragments of it dropped. Without a disk cache (or if the write fails) it goes to
+    /// `scattered`, whose budget bounds it.
+    private func keepFilled(_ key: BlockKey, _ block: CachedBlock, epoch: Int) {
+        guard isCurrent(epoch, of: key.fileID) else { return }
+        if let disk, disk.write(key, block.buffer) {
+            if !isCurrent(epoch, of: key.fileID) { disk.discard(key); return }
+            scattered.dropFragments(of: key)
+            return
+        }
+        keepInMemory(key, block, epoch: epoch, randomReaders: true)
+    }
+
+    /// The readers of a file are gone (its last handle closed): its background fill stops.
+    func readersGone(fileID: String) { fill.stop(fileID: fileID) }
+
+    /// Records how long a fragment download took and returns the round-trip estimate (seconds),
+    /// against which blocks are completed (and files filled) in the background. The estimate is
+    /// a slowly rising minimum (in microseconds): a fetch is the round trip plus waiting for a busy CPU, and on a loaded
     /// machine the wait alone passed 10 ms on loopback, where completing blocks cost four times
     /// the random reads' speed (CPU, not the network, was short); the fastest recent fetches
     /// show the round trip itself.
-    private func noteFragmentRoundTrip(_ seconds: Double) -> Bool {
+    private func noteFragmentRoundTrip(_ seconds: Double) -> Double {
         let sample = Int(seconds * 1_000_000)
+        fragmentRoundTrips.add(1, ordering: .relaxed)
         var current = fragmentRoundTrip.load(ordering: .relaxed)
         while true {
             let estimate = current == 0 || sample < current ? sample : current + (sample - current) / 32
             let (exchanged, original) = fragmentRoundTrip.compareExchange(expected: current, desired: estimate, ordering: .relaxed)
-            if exchanged { return Double(estimate) / 1_000_000 >= config.completeBlocksAfterRoundTrip }
+            if exchanged { return Double(estimate) / 1_000_000 }
             current = original
         }
     }
@@ -417,11 +533,13 @@ final class BlockStore: @unchecked Sendable {
     func purge(fileID: String, rev: String) {
         purgeEpochs.withLock { $0[Self.slot(fileID)] += 1 }
         memory.purge(fileID: fileID, rev: rev)
+        scattered.purge(fileID: fileID, rev: rev)
         disk?.purge(fileID: fileID, rev: rev)
     }
 
     /// Waits for background fetches and disk writes to finish (tests, shutdown).
     func waitUntilIdle() {
+        fill.waitUntilIdle()
         readAheadPool.waitUntilIdle()
         fetchPool.waitUntilIdle()
         diskWriter.waitUntilIdle()
@@ -429,6 +547,7 @@ final class BlockStore: @unchecked Sendable {
     }
 
     func shutdown() {
+        fill.shutdown()
         readAheadPool.stop()
         fetchPool.stop()
         wholeFileWriter.stop(dropQueued: true)
@@ -461,14 +580,18 @@ final class BlockStore: @unchecked Sendable {
         scheduleDiskWrite(key, block, epoch: epoch)
     }
 
-    /// Puts the block in memory unless its file was purged since `epoch`. Kept first, checked
-    /// after: a purge that came meanwhile either dropped it after we kept it, or is seen here.
+    /// Puts the block in memory unless its file was purged since `epoch`: fragments, and blocks
+    /// kept for random readers (`randomReaders`), in `scattered`; other blocks in `memory`. Kept
+    /// first, checked after: a purge that came meanwhile either dropped it after we kept it, or is
+    /// seen here.
     @discardableResult
-    private func keepInMemory(_ key: BlockKey, _ block: CachedBlock, epoch: Int) -> Bool {
+    private func keepInMemory(_ key: BlockKey, _ block: CachedBlock, epoch: Int, randomReaders: Bool = false) -> Bool {
         guard isCurrent(epoch, of: key.fileID) else { return false }
-        memory.put(key, block)
+        // Fragments are random readers'; so are whole blocks kept for them (`keepFilled`).
+        let cache = key.isWholeBlock && !randomReaders ? memory : scattered
+        cache.put(key, block)
         guard isCurrent(epoch, of: key.fileID) else {
-            memory.remove(key)
+            cache.remove(key)
             return false
         }
         return true
@@ -480,14 +603,29 @@ final class BlockStore: @unchecked Sendable {
     /// cached and its fetch finished. If the download breaks off, the blocks not finished fail
     /// with the cause, as a single block's fetch would (a reader whose bytes had arrived keeps
     /// them).
+    ///
+    /// `intoDisk`: the background fill's blocks, kept on disk rather than in memory
+    /// (`keepFilled`). Once `stillWanted` says no (the file's readers are gone), the download
+    /// stops at its next bytes and the blocks not finished fail with EAGAIN (whoever joined them
+    /// fetches them itself).
     private func download(_ run: [(request: BlockRequest, fetch: Fetch)], epoch: Int, computeDigests: Bool,
+                          intoDisk: Bool = false, stillWanted: () -> Bool = { true },
                           droppedByReader: (UInt64) -> Bool = { _ in false }) {
         guard let first = run.first?.request, let last = run.last?.request else { return }
+        let started = ContinuousClock.now
+        defer {
+            if log.level >= .debug {
+                let now = ContinuousClock.now
+                let at = (started - createdAt) / .milliseconds(1), took = (now - started) / .milliseconds(1)
+                log.debug("download trace: t \(String(format: "%.1f", at)) ms, \(first.key.isWholeBlock ? "blocks" : "fragments") \(first.key) to \(last.key.index)\(last.key.isWholeBlock ? "" : ".\(last.key.part)"), \(last.range.upperBound - first.range.lowerBound) bytes, took \(String(format: "%.1f", took)) ms")
+            }
+        }
         var position = 0            // the block being filled
         var filling: CachedBlock?
         var failure: RemoteError?
         do throws(RemoteError) {
             try remote.download(path: first.path, rev: first.key.rev, range: first.range.lowerBound..<last.range.upperBound) { chunk in
+                guard stillWanted() else { return false }
                 var rest = chunk
                 while !rest.isEmpty {
                     // More bytes than asked for (DropboxClient already cuts a server's surplus).
@@ -504,11 +642,12 @@ final class BlockStore: @unchecked Sendable {
                     guard block.isWhole else { continue }
                     config.observer?.blockDownloaded()
                     if computeDigests { block.computeDigests() }
-                    keepDownloaded(request.key, block, epoch: epoch)
+                    if intoDisk { keepFilled(request.key, block, epoch: epoch) } else { keepDownloaded(request.key, block, epoch: epoch) }
                     // Kept first, checked after: a reader that dropped it meanwhile (it marks the
                     // block before it drops it) either dropped it after we kept it, or is seen here.
                     if droppedByReader(request.key.index) { memory.remove(request.key) }
                     flights.finish(fetch, .success(block))
+                    if intoDisk { fetch.dropBlock() }
                     position += 1
                     filling = nil
                 }
@@ -520,7 +659,10 @@ final class BlockStore: @unchecked Sendable {
         guard position < run.count else { return }
         filling?.markBroken()
         let cause: FetchFailure
-        if let failure {
+        if !stillWanted() {
+            for (_, fetch) in run[position...] { flights.finish(fetch, .failure(.again)) }
+            return
+        } else if let failure {
             cause = FetchFailure(failure)
         } else {
             let expected = Int(last.range.upperBound - first.range.lowerBound)

@@ -134,6 +134,38 @@ final class DiskBlockCache: @unchecked Sendable {
         return buffer
     }
 
+    /// Bytes `range` of the block (cached with exactly `length` bytes), in a buffer the caller
+    /// then owns: what a random read takes from a block on disk, instead of all of it. Read with
+    /// O_DIRECT when the range is aligned (fragments are), like whole blocks.
+    func read(_ key: BlockKey, length: Int, range: Range<Int>) -> UnsafeMutableRawBufferPointer? {
+        guard range.lowerBound >= 0, range.upperBound <= length, !range.isEmpty else { return nil }
+        lock.lock()
+        let known = index.touch(key)
+        lock.unlock()
+        let path: String
+        let base: off_t
+        if known {
+            path = url(for: key).path
+            base = 0
+        } else {
+            guard key.index != Self.wholeFileIndex, let whole = wholeFile(fileID: key.fileID, rev: key.rev) else { return nil }
+            path = whole
+            base = off_t(key.index) * off_t(blockSize)
+        }
+        let buffer = CachedBlock.allocateStorage(byteCount: range.count)
+        let direct = known && range.lowerBound % Self.directAlignment == 0 && Self.isDirectIOAligned(UnsafeRawBufferPointer(buffer))
+        // Direct first when it may work; some file systems take a direct open and refuse the read.
+        for flags in direct ? [Self.directIO, 0] : [0] {
+            let fd = open(path, O_RDONLY | O_CLOEXEC | flags)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            if known && Self.fileSize(fd) != length { break }
+            if Self.readFully(fd, into: buffer, at: base + off_t(range.lowerBound)) == range.count { return buffer }
+        }
+        CachedBlock.releaseStorage(buffer)
+        return nil
+    }
+
     private enum BlockFileRead { case read, missing, wrongLength, failed(Int32) }
 
     /// Reads a block file that must be exactly `buffer.count` bytes long. Whole blocks (page

@@ -57,6 +57,12 @@ final class MemoryBlockCache: @unchecked Sendable {
         forgetFragmentLocked(key)
     }
 
+    /// Drops the fragments held of block `key` (its whole block is cached elsewhere now).
+    func dropFragments(of key: BlockKey) {
+        lock.lock(); defer { lock.unlock() }
+        for part in fragments.removeValue(forKey: key.wholeBlock) ?? [] { removeLocked(key.wholeBlock.fragment(Int(part))) }
+    }
+
     /// Drops every block and fragment of one revision of a file.
     func purge(fileID: String, rev: String) {
         lock.lock(); defer { lock.unlock() }

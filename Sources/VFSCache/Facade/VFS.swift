@@ -345,7 +345,7 @@ public final class VFS: FilesystemOperations, Sendable {
         // the content-hash check work in blocks; a straggler behind the stream is one of its
         // reads), fragments around the read for a random one, more the longer it stays sequential.
         let wholeBlocks = observed.streaming || (observed.checking && (observed.seekFrom.map { offset < $0 } ?? true))
-        let fetch: BlockStore.FetchSize = wholeBlocks ? .wholeBlock : .around(Int(min(observed.sequentialBytes, blockSize)))
+        let fetch: BlockStore.FetchSize = wholeBlocks ? .wholeBlock : .around(Int(min(observed.sequentialBytes, blockSize)), fileSize: file.size)
         var slices: [BlockStore.Slice] = []
         var wholeBlocksRead: [CachedBlock?] = []   // by block, from firstBlock; nil: read from fragments
         slices.reserveCapacity(Int(lastBlock - firstBlock + 1))
@@ -406,10 +406,14 @@ public final class VFS: FilesystemOperations, Sendable {
 
     public func release(_ ino: InodeNumber, handle: HandleID) {
         if releaseLocal(ino, handle: handle) { return }
-        handles.withLock {
-            $0.files.removeValue(forKey: handle)
-            $0.exports.removeValue(forKey: handle)
+        let gone: String? = handles.withLock { handles in
+            handles.exports.removeValue(forKey: handle)
+            guard let file = handles.files.removeValue(forKey: handle) else { return nil }
+            return handles.files.values.contains { $0.fileID == file.fileID } ? nil : file.fileID
         }
+        // The file's last read handle: what was being fetched in the background for its random
+        // readers stops.
+        if let gone { blocks.readersGone(fileID: gone) }
     }
 
     /// A read-side handle for `ino` (used by the write side for reads before a first write).

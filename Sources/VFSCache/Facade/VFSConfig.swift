@@ -67,9 +67,28 @@ public struct VFSConfig: Sendable {
     /// 0, or `blockSize` or more, fetches whole blocks only.
     public var fragmentBytes: Int = 128 << 10
     /// Round trip (seconds, the fastest recent fragment downloads) above which a random read's
-    /// block is also fetched whole in the background, so later reads in it cost no round trip.
-    /// 0: always; `.infinity`: never.
+    /// block is also fetched whole in the background, so later reads in it cost no round trip
+    /// (and small enough files are filled: `fillFilesReadAtRandomUpTo`). 0: always; `.infinity`:
+    /// never.
     public var completeBlocksAfterRoundTrip: Double = 0.010
+    /// Byte budget of the memory for random readers' bytes (fragments, and pieces of blocks read
+    /// back from the disk cache), apart from `memoryCacheBytes`, which holds sequential readers'
+    /// read-ahead: random reads of a big file do not grow the daemon's memory past it.
+    public var randomReadMemoryBytes: Int = 16 << 20
+    /// Files of at most this many bytes (and at most a quarter of `diskCacheBytes`) that are read
+    /// at random at long round trips (see `fillFilesAfterRoundTrip`), in enough places (a
+    /// sixty-fourth of their blocks, at least 4), are fetched whole in the background into the
+    /// disk cache, until their last handle is closed (docs/VFSCACHE.md). 0: never.
+    public var fillFilesReadAtRandomUpTo: Int64 = 2 << 30
+    /// The fill needs firmer evidence of a far server than a block's completion: at least this
+    /// many fragment downloads timed (each reader's first one includes a connection's
+    /// handshakes), and a round-trip estimate of at least `fillFilesAfterRoundTrip` seconds
+    /// (a loaded CPU's waits alone pass 10 ms on loopback).
+    public var fillAfterFragmentDownloads: Int = 16
+    public var fillFilesAfterRoundTrip: Double = 0.015
+    /// Parallel ranged downloads (and connections) of that background fill, and of the blocks
+    /// random reads touched at long round trips.
+    public var backgroundFillParallelism: Int = 16
     /// Check whole-file sequential reads against Dropbox's content_hash.
     public var verifyContentHash: Bool = true
     /// Longest a read waits for a block another thread is fetching, before EIO. The remote

@@ -16,6 +16,11 @@ final class ObservedRemote: RemoteStore, Sendable {
         self.downloadDelay = downloadDelay
     }
 
+    /// Delays of the next small downloads (128 KiB at most: random reads' fragments), one each,
+    /// before `downloadDelay` applies again: a connection's handshakes make its first download
+    /// slow. Larger downloads (background ones) neither wait for these nor use them up.
+    let nextFragmentDelays = Mutex<[TimeInterval]>([])
+
     /// While set, each download delivers `bytes`, then waits for `gate` (one signal per download).
     let holdAfter = Mutex<(bytes: Int, gate: DispatchSemaphore)?>(nil)
 
@@ -30,7 +35,9 @@ final class ObservedRemote: RemoteStore, Sendable {
             $0.maxRunning = max($0.maxRunning, $0.running)
         }
         defer { state.withLock { $0.running -= 1 } }
-        if downloadDelay > 0 { Thread.sleep(forTimeInterval: downloadDelay) }
+        let small = range.map { $0.count <= 128 << 10 } ?? false
+        let delay = nextFragmentDelays.withLock { !small || $0.isEmpty ? downloadDelay : $0.removeFirst() }
+        if delay > 0 { Thread.sleep(forTimeInterval: delay) }
         guard let hold = holdAfter.withLock({ $0 }) else { return try inner.download(path: path, rev: rev, range: range, sink: sink) }
         var sent = 0
         try inner.download(path: path, rev: rev, range: range) { chunk in
