@@ -147,6 +147,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                 dirty.prefixHash = nil
             }
             dirty.writing = true
+            dirty.retainedCommit = nil
             dirty.hardError = nil
             dirty.closeFailure = nil
             dirty.active?.cancelled.store(true, ordering: .relaxed)
@@ -834,6 +835,11 @@ final class DirtyFile {
     /// When a close first left bytes not on Dropbox yet (the age of the oldest pending upload, for
     /// the metrics); nil while the file was never closed.
     var closedSince: Date?
+    /// Opens the kernel serves from this staging file by itself (FUSE passthrough): while any is
+    /// left, a commit keeps the file (StagingRetention.swift).
+    var kernelOpens = 0
+    /// The commit that landed while `kernelOpens` kept the file, announced again when it goes.
+    var retainedCommit: (generation: UInt64, entry: RemoteEntry)?
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

@@ -162,6 +162,18 @@ public final class StagingFile: Sendable {
         return UInt64(info.st_size)
     }
 
+    /// What changes with every write or truncate, by anyone (also the kernel writing the file by
+    /// itself, FUSE passthrough): size, mtime and ctime. Linux ≥ 6.13 gives a ctime read here a
+    /// fine-grained successor on the next change (multigrain timestamps, ext4/xfs/btrfs/tmpfs), so
+    /// a write right after this call still changes the stamp.
+    public func changeStamp() throws(Errno) -> ChangeStamp {
+        var info = stat()
+        if fstat(fd, &info) != 0 { throw Errno(errno) }
+        return ChangeStamp(size: UInt64(info.st_size),
+                           modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
+                           changeSeconds: Int64(info.st_ctim.tv_sec), changeNanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
+
     /// Makes the bytes durable (fdatasync). A deferred ENOSPC can surface here too.
     public func sync() throws(Errno) {
         if fdatasync(fd) != 0 { throw Self.classify(errno) }
@@ -170,4 +182,14 @@ public final class StagingFile: Sendable {
     private static func classify(_ code: Int32) -> Errno {
         code == ENOSPC || code == EDQUOT ? .noSpace : Errno(code)
     }
+}
+
+/// A staging file's size and times at one moment (`StagingFile.changeStamp`).
+public struct ChangeStamp: Sendable, Equatable {
+    public var size: UInt64
+    /// mtime, seconds since 1970.
+    public var modified: Double
+    public var changeSeconds: Int64
+    public var changeNanoseconds: Int64
+    public var modifiedDate: Date { Date(timeIntervalSince1970: modified) }
 }

@@ -203,8 +203,16 @@ extension WriteBackEngine {
                         try journal.forgetChunks(staging: record.staging)
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
                     }
-                    files[job.key] = nil
-                    stagingArea.remove(name: record.staging)
+                    if dirty.kernelOpens > 0 {
+                        // The kernel still serves opens from this file: it stays, without a row,
+                        // until they end (StagingRetention.swift).
+                        dirty.record = nil
+                        dirty.newBase = .revision(entry.rev ?? "")
+                        dirty.retainedCommit = (job.record.generation, entry)
+                    } else {
+                        files[job.key] = nil
+                        stagingArea.remove(name: record.staging)
+                    }
                     retryFailedClosesSoon()
                 } catch {
                     // Keep everything; the next attempt finds our bytes on Dropbox and ends here again.
