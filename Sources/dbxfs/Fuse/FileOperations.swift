@@ -42,12 +42,15 @@ enum FileOperations {
                     dbxfs_fi_set_keep_cache(fi, false)
                     dbxfs_fi_set_direct_io(fi, false)
                     sent = dbxfs_passthrough_reply_create(UnsafeMutableRawPointer(req), &e, UnsafeRawPointer(fi), backingID)
-                case .cached, .busy:
-                    // A new inode has no other open: never busy.
+                case .cached:
                     fs.metrics?.opened(servedBy: .dbxfs)
                     dbxfs_fi_set_keep_cache(fi, opened.keepCache)
                     dbxfs_fi_set_direct_io(fi, opened.directIO)
                     sent = fuse_reply_create(req, &e, fi)
+                case .busy:
+                    // O_CREAT of an existing file the kernel serves from another backing file.
+                    fuse_reply_err(req, EBUSY)
+                    sent = -1
                 }
                 if sent != 0 {
                     fs.passthrough.released(opened.handle)
