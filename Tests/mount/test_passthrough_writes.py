@@ -12,46 +12,14 @@ import mmap
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
-from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
+from mounting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs root")
 
 PASSTHROUGH_OPEN = re.compile(r"open of inode (\d+): passthrough \(backing id \d+\)")
-
-
-@pytest.fixture
-def pt(dbxfs_binary, tmp_path):
-    """An emulator, and a function mounting it (writable) with extra options; all unmounted at the end."""
-    emu = Emulator(tmp_path / "emulator", token=TOKEN).start()
-    mounts = []
-
-    def mount(*extra, cache=None):
-        mnt = tmp_path / f"mnt{len(mounts)}"
-        mnt.mkdir()
-        cache_dir = tmp_path / (cache or f"cache{len(mounts)}")
-        m = Mount(dbxfs_binary, mnt, dropbox_args(emu, cache_dir, *extra), env=dropbox_env(),
-                  log_path=tmp_path / f"mnt{len(mounts)}.log")
-        mounts.append(m)
-        m.start()
-        return m, mnt
-
-    yield emu, mount
-    for m in mounts:
-        m.stop()
-    emu.stop()
-
-
-def wait_for(condition, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def content_hash(data):
@@ -152,6 +120,7 @@ def test_a_cached_open_before_the_writer_makes_it_fall_back_and_still_work(pt):
         assert path.read_bytes() == b"rewritten"
     assert str(os.stat(path).st_ino) not in passthrough_inodes(m), m.read_log()[-3000:]
     assert writes_served_by_dbxfs(m, mnt) >= 2
+    assert "kept whole" not in m.read_log()   # whole cached copies are for read-only mounts
     sync(m, mnt)
     assert_on_dropbox(emu, "/log.bin", b"rewritten")
 
@@ -271,7 +240,7 @@ def test_a_file_closed_right_before_kill_9_is_uploaded_by_the_next_mount(pt, tmp
     finally:
         emu.config(fail_rate=0)
     m2, mnt2 = mount(cache="cache")
-    assert wait_for(lambda: os.path.exists(mnt2 / "killed.bin") and os.stat(mnt2 / "killed.bin").st_size == len(data))
+    wait_until(lambda: os.path.exists(mnt2 / "killed.bin") and os.stat(mnt2 / "killed.bin").st_size == len(data), interval=0.05)
     assert (mnt2 / "killed.bin").read_bytes() == data
     sync(m2, mnt2)
     assert_on_dropbox(emu, "/killed.bin", data)
