@@ -48,6 +48,24 @@ import Testing
         #expect(eventually { commits(fixture, "/p.bin") == announced + 1 })
     }
 
+    /// After a conflict the path shows the other version, and ours is the conflicted copy: the
+    /// staging file is not kept for the path (a later writer there starts from the other version).
+    @Test func aConflictDropsTheStagingFileEvenWhileTheKernelServesIt() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let opened = fixture.memory.externalWrite("/c.txt", bytes("base"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/c.txt", base: .revision(opened.rev!))
+        #expect(engine.retainStaging(path: "/c.txt", file: file))
+        fixture.memory.externalWrite("/c.txt", bytes("theirs"))
+        try file.write(at: 0, bytes("ours!"))
+        let generation = try engine.close(path: "/c.txt")
+        try engine.waitUntilCommitted(path: "/c.txt", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/c.txt") == bytes("theirs"))
+        #expect(engine.stagingFile(path: "/c.txt") == nil)
+        #expect(fixture.stagingNames().isEmpty)
+        engine.releaseStaging(file)
+    }
+
     @Test func aRetainedFileRemovedByAnUnlinkIsNotBroughtBack() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }

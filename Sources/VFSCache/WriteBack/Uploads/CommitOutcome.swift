@@ -203,9 +203,10 @@ extension WriteBackEngine {
                         try journal.forgetChunks(staging: record.staging)
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
                     }
-                    if dirty.kernelOpens > 0 {
+                    if dirty.kernelOpens > 0, copyPath == nil {
                         // The kernel still serves opens from this file: it stays, without a row,
-                        // until they end (StagingRetention.swift).
+                        // until they end (StagingRetention.swift). Not after a conflict: the path
+                        // shows the other version now, and ours is the conflicted copy.
                         dirty.record = nil
                         dirty.newBase = .revision(entry.rev ?? "")
                         dirty.retainedCommit = (job.record.generation, entry)
