@@ -5,6 +5,9 @@
 /// commit that lands while any is left keeps the staging file (without a journal row: its bytes
 /// are on Dropbox), the next write of the path reuses it, and it goes with the last such open.
 ///
+/// While such opens are left, the file's disk writeback is started behind the kernel's writes
+/// (StagingWriteback.swift), so the fdatasync at close waits for the tail only.
+///
 /// Also the staging budget: how many bytes may wait for their upload before new opens for
 /// writing stop being handed to the kernel (and go through the daemon, which the upload paces).
 import Foundation
@@ -16,6 +19,7 @@ extension WriteBackEngine {
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[Self.key(path)], dirty.file === file else { return false }
         dirty.kernelOpens += 1
+        stagingWriteback.watch(file)
         return true
     }
 
@@ -24,6 +28,8 @@ extension WriteBackEngine {
     /// the facade shows the file as on Dropbox.
     public func releaseStaging(_ file: StagingFile) {
         condition.lock(); defer { condition.unlock() }
+        // Also for a file the engine dropped meanwhile (a conflict): the kernel may still write it.
+        stagingWriteback.unwatch(file)
         guard let (key, dirty) = files.first(where: { $0.value.file === file }) else { return }
         dirty.kernelOpens = max(0, dirty.kernelOpens - 1)
         guard dirty.kernelOpens == 0, !dirty.writing, dirty.record == nil, dirty.closeFailure == nil,

@@ -37,6 +37,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     let bytesSent = Atomic<UInt64>(0)
 
     let condition = NSCondition()
+    /// Starts the writeback of staging files the kernel writes (lock order: `condition`, then its
+    /// own lock; its thread never takes `condition`).
+    let stagingWriteback: StagingWriteback
     var files: [String: DirtyFile] = [:]
     /// Path keys held by a `remove`/`rename` in progress (each covers its subtree).
     var heldKeys: [String] = []
@@ -77,6 +80,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     public init(cacheDirectory: URL, remote: any RemoteStore, configuration: WriteBackConfiguration = WriteBackConfiguration(),
                 onEvent: @escaping @Sendable (WriteBackEvent) -> Void = { _ in }) throws(Errno) {
         var configuration = configuration
+        stagingWriteback = StagingWriteback(interval: configuration.kernelWritebackInterval,
+                                            threshold: configuration.kernelWritebackThreshold)
         let block = UInt64(DropboxChunkRules.blockSize)
         configuration.chunkSize = max(block, (configuration.chunkSize + block - 1) / block * block)
         configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)

@@ -40,6 +40,12 @@ public struct WriteBackConfiguration: Sendable {
     /// Operations read back from the journal at start wait for `releaseRecoveredNamespaceOperations`
     /// (the facade shows them on the mount first, so their outcome cannot reach it before they do).
     public var holdRecoveredNamespaceOperations = false
+    /// A staging file the kernel writes by itself (passthrough writes) has its disk writeback
+    /// started each time it grew by this many bytes (0: never), checked every
+    /// `kernelWritebackInterval` seconds, so the close's fdatasync only waits for the tail
+    /// (StagingWriteback.swift).
+    public var kernelWritebackThreshold: UInt64 = 8 << 20
+    public var kernelWritebackInterval: TimeInterval = 0.05
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

@@ -82,4 +82,35 @@ import Testing
         let other = try engine.beginWrite(path: "/other", base: .newFile)
         #expect(!engine.retainStaging(path: "/gone.bin", file: other))
     }
+
+    /// While the kernel writes a staging file (nothing the daemon sees), its disk writeback is
+    /// started as it grows, so the close's fdatasync waits for the tail only; the watching stops
+    /// with the last open the kernel serves from it.
+    @Test func theWritebackOfAStagingFileTheKernelWritesIsStartedAsItGrows() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine { $0.kernelWritebackThreshold = 1 << 20; $0.kernelWritebackInterval = 0.01 }
+        defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/grow.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/grow.bin", file: file))   // the writer
+        #expect(engine.retainStaging(path: "/grow.bin", file: file))   // a reader joined
+        let chunk = [UInt8](repeating: 7, count: 1 << 20)
+        // Less than the threshold: nothing started yet.
+        try file.write(at: 0, Array(chunk[..<1000]))
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(engine.stagingWriteback.started.bytes == 0)
+        for index in 0..<3 { try file.write(at: UInt64(index) << 20, chunk) }
+        #expect(eventually { engine.stagingWriteback.started.bytes == 3 << 20 })
+        #expect(engine.stagingWriteback.isWatching(file))
+
+        engine.releaseStaging(file)
+        #expect(engine.stagingWriteback.isWatching(file))   // the reader is left
+        engine.releaseStaging(file)
+        #expect(!engine.stagingWriteback.isWatching(file))
+        #expect(eventually { !engine.stagingWriteback.threadRunning })
+        // Grown after the last open ended: not watched any more.
+        let before = engine.stagingWriteback.started
+        try file.write(at: 3 << 20, chunk)
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(engine.stagingWriteback.started == before)
+    }
 }

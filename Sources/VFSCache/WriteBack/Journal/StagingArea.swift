@@ -5,6 +5,7 @@
 /// - a staging file is fsync'ed before the journal marks it ready for upload;
 /// - it is deleted only after Dropbox confirmed the commit with the expected content hash;
 /// - a full disk is reported as `Errno.noSpace` by the write that hit it, never dropped.
+import CFileSync
 import ContentHash
 import Foundation
 import Synchronization
@@ -172,6 +173,14 @@ public final class StagingFile: Sendable {
         return ChangeStamp(size: UInt64(info.st_size),
                            modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
                            changeSeconds: Int64(info.st_ctim.tv_sec), changeNanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
+
+    /// Starts the disk writeback of `count` bytes from `offset` and returns without waiting
+    /// (sync_file_range, SYNC_FILE_RANGE_WRITE): a later `sync` then waits only for what was
+    /// written after (StagingWriteback.swift). Durability still comes from `sync` alone; an error
+    /// here changes nothing the writer was told, and a real one comes back from `sync`.
+    public func startWriteback(from offset: UInt64, count: UInt64) {
+        _ = dbxfs_start_writeback(fd, Int64(offset), Int64(count))
     }
 
     /// Makes the bytes durable (fdatasync). A deferred ENOSPC can surface here too.
