@@ -3,7 +3,8 @@
 //
 // Layers, bottom up (each in its own folder under Sources/):
 //   C shims      CFuse (+ CFusePassthrough), CCurl + CCurlShim, CCrypto, CSQLite: module maps over
-//                Debian's -dev packages, and two small C targets for what Swift cannot call directly.
+//                Debian's -dev packages, and three small C targets for what Swift cannot call
+//                directly (CFusePassthrough, CCurlShim, CFileSync).
 //   ContentHash  Dropbox's 4 MiB-block content hash and secure random bytes (libcrypto).
 //   DropboxRemote  the Dropbox API v2 client over libcurl. Knows nothing of FUSE.
 //   VFSCache     inodes, metadata cache, block cache, write-back, upload journal. No FUSE, no HTTP:
@@ -26,7 +27,8 @@ let package = Package(
 
         .target(name: "ContentHash", dependencies: ["CCrypto"]),
         .target(name: "DropboxRemote", dependencies: ["CCurlShim", "ContentHash"]),
-        .target(name: "VFSCache", dependencies: ["CSQLite", "CCrypto", "ContentHash"]),
+        .target(name: "CFileSync"),
+        .target(name: "VFSCache", dependencies: ["CSQLite", "CCrypto", "CFileSync", "ContentHash"]),
         .executableTarget(name: "dbxfs", dependencies: ["CFuse", "CFusePassthrough", "DropboxRemote", "VFSCache"]),
         .executableTarget(name: "dbxfs-client-bench", dependencies: ["DropboxRemote"]),
 

@@ -20,6 +20,7 @@
 #define INIT_OUT_FLAGS2 32
 #define INIT_OUT_MAX_STACK_DEPTH 36
 #define OPEN_OUT_SIZE 16                         /* struct fuse_open_out */
+#define ENTRY_OUT_SIZE 128                       /* struct fuse_entry_out, before a create's open_out */
 #define OPEN_OUT_FLAGS 8
 #define OPEN_OUT_BACKING_ID 12
 #define IN_HEADER_OPCODE 4                       /* struct fuse_in_header: len, opcode, ... */
@@ -36,6 +37,7 @@ static volatile int kernel_offers = 0;   /* set while reading INIT, before any r
 static volatile int negotiated = 0;
 static volatile int init_answered = 0;
 static __thread int32_t pending_backing_id = 0;
+static __thread size_t pending_open_at = 0;      /* where the fuse_open_out starts in the reply */
 
 static ssize_t hook_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
@@ -71,8 +73,8 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
             negotiated = 1;
         }
     } else if (pending_backing_id > 0 && count >= 2 && iov[0].iov_len == OUT_HEADER_SIZE
-               && iov[1].iov_len == OPEN_OUT_SIZE) {
-        char *out = iov[1].iov_base;
+               && iov[1].iov_len == pending_open_at + OPEN_OUT_SIZE) {
+        char *out = (char *)iov[1].iov_base + pending_open_at;
         uint32_t open_flags;
         memcpy(&open_flags, out + OPEN_OUT_FLAGS, 4);
         open_flags |= FOPEN_PASSTHROUGH_FLAG;
@@ -106,7 +108,18 @@ int dbxfs_passthrough_backing_close(void *session, int backing_id) {
 
 int dbxfs_passthrough_reply_open(void *req, const void *fi, int backing_id) {
     pending_backing_id = backing_id;
+    pending_open_at = 0;
     int result = fuse_reply_open((fuse_req_t)req, (const struct fuse_file_info *)fi);
     pending_backing_id = 0;
+    return result;
+}
+
+int dbxfs_passthrough_reply_create(void *req, const void *entry, const void *fi, int backing_id) {
+    pending_backing_id = backing_id;
+    pending_open_at = ENTRY_OUT_SIZE;
+    int result = fuse_reply_create((fuse_req_t)req, (const struct fuse_entry_param *)entry,
+                                   (const struct fuse_file_info *)fi);
+    pending_backing_id = 0;
+    pending_open_at = 0;
     return result;
 }

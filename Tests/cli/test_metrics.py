@@ -116,7 +116,10 @@ def test_the_endpoint_and_status_prometheus_count_what_the_mount_did(cli, emulat
         assert total(after, "dbxfs_cache_hits_total", tier="memory") >= 1
         assert total(after, "dbxfs_file_opens_total", served_by="page_cache") >= 1
         assert total(after, "dbxfs_fuse_operation_duration_seconds_count", operation="read") >= 2
-        assert total(after, "dbxfs_fuse_operation_duration_seconds_count", operation="write") >= 1
+        # Run as root, the new file is written by the kernel itself (passthrough writes): its
+        # open is counted instead of its writes.
+        assert (total(after, "dbxfs_fuse_operation_duration_seconds_count", operation="write") >= 1
+                or total(after, "dbxfs_file_opens_total", served_by="passthrough") >= 1)
         assert total(after, "dbxfs_fuse_operation_errors_total", operation="read") >= 1   # the EACCES
         assert total(after, "dbxfs_transfer_duration_seconds_count", direction="upload") >= 1
         assert total(after, "dbxfs_transfer_duration_seconds_count", direction="download") >= 1

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mount_support import EMULATOR, REPO, TOKEN, Emulator, force_unmount, write_seed  # noqa: E402
+from mount_support import (EMULATOR, REPO, TOKEN, Emulator, Mount, dropbox_args, dropbox_env,  # noqa: E402
+                           force_unmount, write_seed)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,3 +57,27 @@ def mountpoint(tmp_path):
     path.mkdir()
     yield path
     force_unmount(str(path))
+
+
+@pytest.fixture
+def pt(dbxfs_binary, tmp_path):
+    """For the FUSE passthrough tests: an emulator of its own, and a function mounting it with
+    extra options (each mount its own cache directory unless `cache` names one to share), which
+    returns (Mount, mountpoint). Everything is unmounted and stopped at the end."""
+    emu = Emulator(tmp_path / "emulator", token=TOKEN).start()
+    mounts = []
+
+    def mount(*extra, cache=None):
+        mnt = tmp_path / f"mnt{len(mounts)}"
+        mnt.mkdir()
+        cache_dir = tmp_path / (cache or f"cache{len(mounts)}")
+        m = Mount(dbxfs_binary, mnt, dropbox_args(emu, cache_dir, *extra), env=dropbox_env(),
+                  log_path=tmp_path / f"mnt{len(mounts)}.log")
+        mounts.append(m)
+        m.start()
+        return m, mnt
+
+    yield emu, mount
+    for m in mounts:
+        m.stop()
+    emu.stop()

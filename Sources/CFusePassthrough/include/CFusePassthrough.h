@@ -1,8 +1,8 @@
 /* FUSE passthrough (Linux >= 6.9) over libfuse 3.14, which predates it.
  *
  * With passthrough, the kernel serves reads of an open file straight from a "backing" file the
- * daemon names (here: a whole, verified copy in the disk cache), at local-file speed, without a
- * FUSE round trip per read. libfuse 3.14 can neither ask for it in INIT nor say it in an open
+ * daemon names (a whole, verified copy in the disk cache; a writer's staging file), at local-file
+ * speed, without a FUSE round trip per read or write. libfuse 3.14 can neither ask for it in INIT nor say it in an open
  * reply, so this shim installs libfuse's custom I/O hooks and edits those two replies on their
  * way to /dev/fuse: INIT gets FUSE_PASSTHROUGH (only when the kernel offered it) and a stack
  * depth of 1; the one open reply a thread marks gets FOPEN_PASSTHROUGH and the backing id.
@@ -33,5 +33,9 @@ int dbxfs_passthrough_backing_close(void *session, int backing_id);
 
 /* fuse_reply_open, with FOPEN_PASSTHROUGH and `backing_id` in the reply. */
 int dbxfs_passthrough_reply_open(void *req, const void *fi, int backing_id);
+
+/* fuse_reply_create (`entry`: a const struct fuse_entry_param *), with FOPEN_PASSTHROUGH and
+ * `backing_id` in its open part (a passthrough write of a new file). */
+int dbxfs_passthrough_reply_create(void *req, const void *entry, const void *fi, int backing_id);
 
 #endif

@@ -150,6 +150,7 @@ public final class CaseAliases: FilesystemOperations, @unchecked Sendable {
     public func flush(_ ino: InodeNumber, handle: HandleID) throws(Errno) { try inner.flush(real(ino), handle: handle) }
     public func fsync(_ ino: InodeNumber, handle: HandleID?) throws(Errno) { try inner.fsync(real(ino), handle: handle) }
     public func release(_ ino: InodeNumber, handle: HandleID) { inner.release(real(ino), handle: handle) }
+    public func servedByKernel(_ ino: InodeNumber, handle: HandleID) { inner.servedByKernel(real(ino), handle: handle) }
 
     public func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply) {
         let (entry, opened) = try inner.create(parent: real(parent), name: name, flags: flags)

@@ -62,8 +62,16 @@ public struct OpenReply: Sendable, Equatable {
     /// A local file holding exactly this open's bytes (a whole, verified copy of the revision), for
     /// the glue to hand to the kernel with FUSE passthrough; nil: serve reads as usual.
     public var backingFile: String?
-    public init(handle: HandleID, keepCache: Bool, directIO: Bool = false, backingFile: String? = nil) {
+    /// `backingFile` is the staging file this open writes (FUSE passthrough for writes): the open
+    /// may be served by the kernel only from exactly that file, never from another one.
+    public var backingTakesWrites: Bool
+    /// Serve from `backingFile` only if the kernel already serves other opens of the inode from it;
+    /// never start that (a reader of local bytes; a writer while the staging budget is spent).
+    public var backingJoinOnly: Bool
+    public init(handle: HandleID, keepCache: Bool, directIO: Bool = false, backingFile: String? = nil,
+                backingTakesWrites: Bool = false, backingJoinOnly: Bool = false) {
         self.handle = handle; self.keepCache = keepCache; self.directIO = directIO; self.backingFile = backingFile
+        self.backingTakesWrites = backingTakesWrites; self.backingJoinOnly = backingJoinOnly
     }
 }
 
@@ -141,6 +149,9 @@ public protocol FilesystemOperations: AnyObject, Sendable {
     func fsync(_ ino: InodeNumber, handle: HandleID?) throws(Errno)
     /// Last close of an open: queues the write-back; never waits for the network.
     func release(_ ino: InodeNumber, handle: HandleID)
+    /// The kernel serves the open `handle` by itself from its `backingFile` (FUSE passthrough):
+    /// its reads and writes will not come here. Has a default implementation doing nothing.
+    func servedByKernel(_ ino: InodeNumber, handle: HandleID)
 
     func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply)
     func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply
@@ -158,6 +169,7 @@ public protocol FilesystemOperations: AnyObject, Sendable {
 
 extension FilesystemOperations {
     public func displayName(of ino: InodeNumber) -> String? { nil }
+    public func servedByKernel(_ ino: InodeNumber, handle: HandleID) {}
 
     public func readPieces<R>(_ ino: InodeNumber, handle: HandleID, offset: UInt64, size: Int,
                               _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {

@@ -119,10 +119,70 @@ extension VFS {
                 throw error
             }
         }
+        // A writer whose staging file needs no download is offered to the kernel (passthrough):
+        // the staging file is made ready now, since its writes will not come here.
+        var backing: StagingFile?
+        if wantsWrite, config.passthroughWrites,
+           hasLocalBytes || flags.contains(.truncate) || meta.size == 0 || meta.rev.isEmpty || file.withLock({ file.staging != nil }) {
+            do throws(Errno) {
+                backing = try file.withLock { () throws(Errno) -> StagingFile? in
+                    file.unlinked ? nil : try prepareWrite(file, path: path, keepBytes: nil)
+                }
+            } catch {
+                file.withLock { file.writers -= 1 }
+                throw error
+            }
+        }
         let id = nextHandle.add(1, ordering: .relaxed).oldValue
         localFiles.add(handle, as: id)
         // The kernel must not keep pages of an earlier version across this open.
-        return OpenReply(handle: id, keepCache: false)
+        return kernelWritable(OpenReply(handle: id, keepCache: false), backing)
+    }
+
+    /// `reply` offering `staging` to the kernel for the open's writes (FUSE passthrough), except
+    /// to start a new such open while the staging budget is spent (docs/WRITEBACK.md).
+    private func kernelWritable(_ reply: OpenReply, _ staging: StagingFile?) -> OpenReply {
+        guard let staging, let writeBack else { return reply }
+        var reply = reply
+        reply.backingFile = staging.url.path
+        reply.backingTakesWrites = true
+        reply.backingJoinOnly = writeBack.bytesNotUploaded > config.stagingBudget
+        return reply
+    }
+
+    /// The glue handed the open to the kernel (`FilesystemOperations.servedByKernel`): its
+    /// staging file stays the engine's until the open ends, and, if it may write, the file's
+    /// size and mtime are the staging file's meanwhile.
+    public func servedByKernel(_ ino: InodeNumber, handle id: HandleID) {
+        guard let handle = localFiles.handle(id), handle.ino == ino, let writeBack else { return }
+        handle.servedByKernel.store(true, ordering: .relaxed)
+        let file = handle.file
+        guard let staging = file.withLock({ file.staging }) else { return }
+        if let path = metadata.path(of: ino), writeBack.retainStaging(path: path, file: staging) {
+            handle.retainedStaging.withLock { $0 = staging }
+        }
+        if handle.mayWrite {
+            file.kernelWriters.withLock { $0.count += 1; $0.staging = staging }
+            handle.noteWrite()
+        }
+    }
+
+    /// Journals what the kernel wrote through a passthrough open, if anything changed since the
+    /// last journaled close (the staging file's stamp), and shows the file's new size.
+    private func journalKernelWrites(_ handle: WriteHandle, durable: Bool = true) throws(Errno) {
+        let file = handle.file
+        let changed = try file.withLock { () throws(Errno) -> Bool in
+            guard !file.unlinked, let staging = file.staging, let path = metadata.path(of: file.ino) else { return false }
+            if !file.writing {
+                guard (try? staging.changeStamp()) != file.journaledStamp else { return false }
+                // Changed since the last journaled close: a new period of changes (beginWrite).
+                _ = try prepareWrite(file, path: path, keepBytes: nil)
+            }
+            if let stamp = try? staging.changeStamp() { metadata.setLocal(file.ino, size: stamp.size, modified: stamp.modifiedDate) }
+            return true
+        }
+        guard changed else { return }
+        try journal(handle, force: true, durable: durable)
     }
 
     func readLocal<R>(_ handle: WriteHandle, ino: InodeNumber, offset: UInt64, size: Int,
@@ -275,6 +335,8 @@ extension VFS {
             guard file.writing, !file.unlinked, let path = metadata.path(of: file.ino) else { return }
             let modified = file.mtime ?? metadata.node(file.ino)?.file?.modified
             do throws(Errno) {
+                // Taken before the close reads the size: a later write shows as a new stamp.
+                file.journaledStamp = try? file.staging?.changeStamp()
                 file.generation = try writeBack.close(path: path, clientModified: modified, durable: durable)
             } catch {
                 // A close the engine could not journal (a full cache disk) is still a close: the
@@ -288,7 +350,9 @@ extension VFS {
 
     func flushLocal(_ ino: InodeNumber, handle id: HandleID) throws(Errno) {
         guard let handle = localFiles.handle(id), let writeBack else { return }
-        if handle.mayWrite { try journal(handle) }
+        if handle.mayWrite {
+            if handle.servedByKernel.load(ordering: .relaxed) { try journalKernelWrites(handle) } else { try journal(handle) }
+        }
         // Only to a handle that wrote: reading a file (cat, cp from the mount) whose upload
         // failed must not fail at close.
         guard handle.hasWritten.load(ordering: .relaxed) else { return }
@@ -303,7 +367,15 @@ extension VFS {
         let handle = id.flatMap { localFiles.handle($0) }
         guard let file = handle?.file ?? localFiles.existing(ino) else { return }
         // Journaled without disk flushes: the wait below makes the bytes durable on Dropbox.
-        if let handle, handle.mayWrite { try journal(handle, durable: false) } else { try journalFile(file, durable: false) }
+        if let handle, handle.mayWrite {
+            if handle.servedByKernel.load(ordering: .relaxed) {
+                try journalKernelWrites(handle, durable: false)
+            } else {
+                try journal(handle, durable: false)
+            }
+        } else {
+            try journalFile(file, durable: false)
+        }
         // A close that could not be journaled (a full cache disk) is tried again now: fsync never
         // returns while bytes are neither journaled nor on Dropbox.
         if let path = metadata.path(of: ino), let generation = try writeBack.retryClose(path: path) {
@@ -324,13 +396,21 @@ extension VFS {
     /// Returns false when the handle is not the write side's.
     func releaseLocal(_ ino: InodeNumber, handle id: HandleID) -> Bool {
         guard let handle = localFiles.removeHandle(id) else { return false }
+        // The engine may let a staging file committed meanwhile go once this is done.
+        defer { if let staging = handle.retainedStaging.withLock({ $0.take() }) { writeBack?.releaseStaging(staging) } }
         guard handle.mayWrite else { return true }
         let file = handle.file
+        let kernel = handle.servedByKernel.load(ordering: .relaxed)
         let last = file.withLock { () -> Bool in
             file.writers -= 1
             return file.writers == 0
         }
+        if kernel { file.kernelWriters.withLock { $0.count -= 1; if $0.count == 0 { $0.staging = nil } } }
         do throws(Errno) {
+            if kernel {
+                // Writes through a descriptor kept after the first close (dup), or a mapping.
+                try journalKernelWrites(handle)
+            }
             // The last writer also journals changes made without a handle of their own.
             try journal(handle, force: last && file.withLock { file.writing })
         } catch {
@@ -434,7 +514,8 @@ extension VFS {
         handle.noteWrite()
         let id = nextHandle.add(1, ordering: .relaxed).oldValue
         localFiles.add(handle, as: id)
-        return (entryReply(metadata.node(node.ino) ?? node), OpenReply(handle: id, keepCache: false))
+        let staging = config.passthroughWrites ? file.withLock { file.staging } : nil
+        return (entryReply(metadata.node(node.ino) ?? node), kernelWritable(OpenReply(handle: id, keepCache: false), staging))
     }
 
     public func mkdir(parent: InodeNumber, name: String) throws(Errno) -> EntryReply {

@@ -165,8 +165,14 @@ public final class VFS: FilesystemOperations, Sendable {
             return FileAttributes(ino: node.ino, kind: .directory, size: 0, mtime: config.mountTime,
                                   permissions: config.directoryPermissions & writable, nlink: links, uid: config.uid, gid: config.gid)
         case .file(let file):
-            let size = node.isExportOnly ? exportSize(of: node, file) : file.size
-            return FileAttributes(ino: node.ino, kind: .file, size: size, mtime: file.modified,
+            var size = node.isExportOnly ? exportSize(of: node, file) : file.size
+            var modified = file.modified
+            // Written by the kernel itself (passthrough writes): what its staging file says now.
+            if let stamp = localFiles.existing(node.ino)?.kernelWrittenStamp() {
+                size = stamp.size
+                modified = stamp.modifiedDate
+            }
+            return FileAttributes(ino: node.ino, kind: .file, size: size, mtime: modified,
                                   permissions: config.filePermissions & writable, nlink: links, uid: config.uid, gid: config.gid)
         }
     }

@@ -101,6 +101,14 @@ public struct VFSConfig: Sendable {
     /// too (`DiskBlockCache.storeWholeFile`), and offer it in `OpenReply.backingFile`: the FUSE
     /// glue then lets the kernel read it directly (passthrough). Off unless the glue can use it.
     public var keepWholeFiles: Bool = false
+    /// Offer a writer's staging file in `OpenReply.backingFile` when it can be prepared without
+    /// the network (O_TRUNC, a new or empty file, or bytes already staged), so the glue lets the
+    /// kernel write it directly (passthrough; docs/WRITEBACK.md "Passthrough writes"). Off unless
+    /// the glue can use it.
+    public var passthroughWrites: Bool = false
+    /// No writer is offered passthrough while more than this many bytes wait for their upload:
+    /// the writer then goes through the daemon, which the uploads pace (`--staging-budget`).
+    public var stagingBudget: UInt64 = 4 << 30
 
     // MARK: Writing
 

@@ -34,6 +34,19 @@ final class LocalFile: @unchecked Sendable {
     /// Unlinked while open: writes still land in the (now anonymous) staging file, but nothing
     /// is journaled any more.
     var unlinked = false
+    /// The staging file's stamp when it was last journaled: the kernel's own writes (FUSE
+    /// passthrough) are only seen as a different stamp at the next flush, fsync or release.
+    var journaledStamp: ChangeStamp?
+    /// Opens that may write and that the kernel serves by itself, and their staging file: while
+    /// any is left, the size and mtime shown are the staging file's (the kernel writes it behind
+    /// our back). Its own lock, so attributes can be read without `lock`.
+    let kernelWriters = Mutex<(count: Int, staging: StagingFile?)>((0, nil))
+
+    /// The staging file's stamp while the kernel writes it (nil otherwise).
+    func kernelWrittenStamp() -> ChangeStamp? {
+        guard let staging = kernelWriters.withLock({ $0.count > 0 ? $0.staging : nil }) else { return nil }
+        return try? staging.changeStamp()
+    }
 
     init(ino: InodeNumber) { self.ino = ino }
 
@@ -81,6 +94,12 @@ final class WriteHandle: Sendable {
     /// This handle changed the file at some point: only such a handle's flush reports the file's
     /// failed close or upload (a reader's close never fails for it).
     let hasWritten = Atomic<Bool>(false)
+
+    /// The kernel serves this open by itself (FUSE passthrough): its writes never reach us, and
+    /// are found by the staging file's stamp instead.
+    let servedByKernel = Atomic<Bool>(false)
+    /// The staging file the engine keeps for this open (`WriteBackEngine.retainStaging`).
+    let retainedStaging = Mutex<StagingFile?>(nil)
 
     /// Records a change made through this handle (a write, a truncate, the create itself).
     func noteWrite() {

@@ -37,6 +37,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     let bytesSent = Atomic<UInt64>(0)
 
     let condition = NSCondition()
+    /// Starts the writeback of staging files the kernel writes (lock order: `condition`, then its
+    /// own lock; its thread never takes `condition`).
+    let stagingWriteback: StagingWriteback
     var files: [String: DirtyFile] = [:]
     /// Path keys held by a `remove`/`rename` in progress (each covers its subtree).
     var heldKeys: [String] = []
@@ -77,6 +80,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     public init(cacheDirectory: URL, remote: any RemoteStore, configuration: WriteBackConfiguration = WriteBackConfiguration(),
                 onEvent: @escaping @Sendable (WriteBackEvent) -> Void = { _ in }) throws(Errno) {
         var configuration = configuration
+        stagingWriteback = StagingWriteback(interval: configuration.kernelWritebackInterval,
+                                            threshold: configuration.kernelWritebackThreshold)
         let block = UInt64(DropboxChunkRules.blockSize)
         configuration.chunkSize = max(block, (configuration.chunkSize + block - 1) / block * block)
         configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)
@@ -147,6 +152,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                 dirty.prefixHash = nil
             }
             dirty.writing = true
+            dirty.retainedCommit = nil
             dirty.hardError = nil
             dirty.closeFailure = nil
             dirty.active?.cancelled.store(true, ordering: .relaxed)
@@ -835,6 +841,11 @@ final class DirtyFile {
     /// When a close first left bytes not on Dropbox yet (the age of the oldest pending upload, for
     /// the metrics); nil while the file was never closed.
     var closedSince: Date?
+    /// Opens the kernel serves from this staging file by itself (FUSE passthrough): while any is
+    /// left, a commit keeps the file (StagingRetention.swift).
+    var kernelOpens = 0
+    /// The commit that landed while `kernelOpens` kept the file, announced again when it goes.
+    var retainedCommit: (generation: UInt64, entry: RemoteEntry)?
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

@@ -44,6 +44,12 @@ public struct WriteBackConfiguration: Sendable {
     /// `StagingArea.committedBytes(generation:)` instead of deleting it, for the facade to adopt
     /// into its disk cache (docs/WRITEBACK.md step 4). The VFS sets it when it has a disk cache.
     public var handOverCommittedBytes = false
+    /// A staging file the kernel writes by itself (passthrough writes) has its disk writeback
+    /// started each time it grew by this many bytes (0: never), checked every
+    /// `kernelWritebackInterval` seconds, so the close's fdatasync only waits for the tail
+    /// (StagingWriteback.swift).
+    public var kernelWritebackThreshold: UInt64 = 8 << 20
+    public var kernelWritebackInterval: TimeInterval = 0.05
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

@@ -79,7 +79,7 @@ enum MountCommand {
         let session: FuseSession
         do {
             session = try FuseSession(filesystem: filesystem, mountOptions: fuseOptions(options), debug: options.debug)
-            try session.mount(at: mountpoint, passthrough: options.passthrough)
+            try session.mount(at: mountpoint, passthrough: options.passthrough || options.passthroughWrites)
         } catch {
             endpoint?.stop()
             backend.shutdown()

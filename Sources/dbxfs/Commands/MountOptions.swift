@@ -40,14 +40,22 @@ struct MountOptions: Sendable {
     var kernelReadAheadKiB = 1024
     /// Hidden `--no-readdirplus`: plain readdir only (to measure what readdirplus saves).
     var readDirectoryPlus = true
-    /// `--no-passthrough`: never let the kernel read cached files by itself (FUSE passthrough).
+    /// `--no-passthrough`: never let the kernel read or write files by itself (FUSE passthrough).
     var passthroughAllowed = true
-    /// Passthrough is tried: allowed, a read-only mount, and running as root (registering a
-    /// backing file with the kernel needs CAP_SYS_ADMIN); whether the kernel offers it is settled
-    /// at INIT. Read-only, because the kernel refuses any open of a file that is not passthrough
-    /// while passthrough opens of it remain: on a writable mount, opening a file for writing
-    /// while someone reads it would fail with EIO (docs/SEMANTICS.md).
+    /// `--no-passthrough-writes`: writers always go through dbxfs.
+    var passthroughWritesAllowed = true
+    /// `--staging-budget SIZE`: no new writer is handed to the kernel while more than this waits
+    /// for its upload (VFSConfig.stagingBudget).
+    var stagingBudget: UInt64 = 4 << 30
+    /// Passthrough reads are tried: allowed, a read-only mount, and running as root (registering
+    /// a backing file with the kernel needs CAP_SYS_ADMIN); whether the kernel offers it is
+    /// settled at INIT. Read-only, because the kernel requires every open of a file to use the
+    /// same backing file while passthrough opens of it remain: a whole cached copy cannot take a
+    /// writer's bytes (docs/SEMANTICS.md).
     var passthrough: Bool { passthroughAllowed && readOnly && geteuid() == 0 }
+    /// Passthrough writes are tried: allowed, a writable mount, root. The backing file is the
+    /// writer's staging file, so readers opened meanwhile share it (docs/WRITEBACK.md).
+    var passthroughWrites: Bool { passthroughAllowed && passthroughWritesAllowed && !readOnly && geteuid() == 0 }
     /// Options for libfuse (`fuse_session_new`'s -o), already stripped of ours.
     var fuseOptions: [String] = []
     var uid: UInt32 = getuid()
@@ -90,8 +98,12 @@ struct MountOptions: Sendable {
           --log-level LEVEL       error, warning, info (default), debug
           --log-file FILE         where the daemon logs once detached (default CACHE_DIR/dbxfs.log)
           --kernel-read-ahead SIZE  kernel read-ahead for the mount (default 1M; root only; 0 = leave)
-          --no-passthrough        never let the kernel read fully cached files by itself (FUSE
-                                  passthrough; by default on read-only mounts when root, Linux >= 6.9)
+          --no-passthrough        never let the kernel read or write files by itself (FUSE
+                                  passthrough; by default when root, Linux >= 6.9: reads of fully
+                                  cached files on read-only mounts, writes on writable ones)
+          --no-passthrough-writes writers always go through dbxfs (slower; see docs/WRITEBACK.md)
+          --staging-budget SIZE   while more than SIZE waits for its upload, new writers go
+                                  through dbxfs, which the upload paces (default 4G)
           --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics (e.g.
                                   127.0.0.1:9101, or just a port; loopback only, see the next)
           --metrics-allow-remote  let --metrics listen on an address other than loopback
@@ -161,6 +173,11 @@ struct MountOptions: Sendable {
                 catch { throw UsageError(description: error.description) }
             case "--no-readdirplus": options.readDirectoryPlus = false
             case "--no-passthrough": options.passthroughAllowed = false
+            case "--no-passthrough-writes": options.passthroughWritesAllowed = false
+            case "--staging-budget":
+                let raw = try value(for: name, inline: inline)
+                do throws(ByteSize.Invalid) { options.stagingBudget = try ByteSize.parse(raw) }
+                catch { throw UsageError(description: error.description) }
             case "--metrics":
                 let raw = try value(for: name, inline: inline)
                 do throws(MetricsAddress.Invalid) { options.metricsAddress = try MetricsAddress.parse(raw) }

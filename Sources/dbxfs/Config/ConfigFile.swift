@@ -20,7 +20,7 @@ struct ConfigFile: Sendable {
         "api_base": "--api-base", "cache_dir": "--cache-dir", "cache_size": "--cache-size",
         "ca_file": "--ca-file", "log_level": "--log-level", "log_file": "--log-file", "root": "--root",
         "profile": "--profile", "max_threads": "--max-threads", "metrics": "--metrics",
-        "metrics_allow_remote": "--metrics-allow-remote",
+        "metrics_allow_remote": "--metrics-allow-remote", "staging_budget": "--staging-budget",
     ]
     /// Keys that are not mount options.
     static let otherKeys: Set<String> = ["app_key", "mount_options", "sync_timeout"]

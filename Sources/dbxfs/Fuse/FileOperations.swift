@@ -14,23 +14,9 @@ enum FileOperations {
             let fs = FuseFilesystem.from(req)
             guard let fi else { return reply(req, error: .invalid) }
             do throws(Errno) {
-                let opened = try fs.operations.open(ino, flags: FileOperations.openFlags(fi.pointee.flags))
-                fi.pointee.fh = opened.handle
-                let sent: Int32
-                switch fs.passthrough.open(ino, handle: opened.handle, backingFile: opened.backingFile) {
-                case .passthrough(let backingID):
-                    fs.metrics?.opened(servedBy: .passthrough)
-                    dbxfs_fi_set_keep_cache(fi, false)
-                    dbxfs_fi_set_direct_io(fi, false)
-                    sent = dbxfs_passthrough_reply_open(UnsafeMutableRawPointer(req), UnsafeRawPointer(fi), backingID)
-                case .cached:
-                    fs.metrics?.opened(servedBy: opened.keepCache ? .pageCache : .dbxfs)
-                    dbxfs_fi_set_keep_cache(fi, opened.keepCache)
-                    dbxfs_fi_set_direct_io(fi, opened.directIO)
-                    sent = fuse_reply_open(req, fi)
-                }
-                if sent != 0 {
-                    fs.passthrough.released(opened.handle)
+                let flags = FileOperations.openFlags(fi.pointee.flags)
+                let opened = try fs.operations.open(ino, flags: flags)
+                if FileOperations.answerOpen(req, ino, fi, opened, flags: flags, fs) != 0 {
                     fs.operations.release(ino, handle: opened.handle)
                 }
             } catch {
@@ -45,12 +31,29 @@ enum FileOperations {
                 let (entry, opened) = try fs.operations.create(parent: parent, name: name,
                                                                flags: FileOperations.openFlags(fi.pointee.flags))
                 fi.pointee.fh = opened.handle
-                // Never passthrough: creating writes, and passthrough is for read-only mounts.
-                fs.metrics?.opened(servedBy: .dbxfs)
-                dbxfs_fi_set_keep_cache(fi, opened.keepCache)
-                dbxfs_fi_set_direct_io(fi, opened.directIO)
+                let ino = entry.attributes.ino
                 var e = fs.entryParam(entry)
-                if fuse_reply_create(req, &e, fi) != 0 {
+                let mode = fs.passthrough.open(ino, handle: opened.handle, reply: opened, mayWrite: true)
+                let sent: Int32
+                switch mode {
+                case .passthrough(let backingID):
+                    fs.operations.servedByKernel(ino, handle: opened.handle)
+                    fs.metrics?.opened(servedBy: .passthrough)
+                    dbxfs_fi_set_keep_cache(fi, false)
+                    dbxfs_fi_set_direct_io(fi, false)
+                    sent = dbxfs_passthrough_reply_create(UnsafeMutableRawPointer(req), &e, UnsafeRawPointer(fi), backingID)
+                case .cached:
+                    fs.metrics?.opened(servedBy: .dbxfs)
+                    dbxfs_fi_set_keep_cache(fi, opened.keepCache)
+                    dbxfs_fi_set_direct_io(fi, opened.directIO)
+                    sent = fuse_reply_create(req, &e, fi)
+                case .busy:
+                    // O_CREAT of an existing file the kernel serves from another backing file.
+                    fuse_reply_err(req, EBUSY)
+                    sent = -1
+                }
+                if sent != 0 {
+                    fs.passthrough.released(opened.handle)
                     fs.operations.release(entry.attributes.ino, handle: opened.handle)
                     fs.operations.forget(entry.attributes.ino, count: 1)
                 }
@@ -106,6 +109,33 @@ enum FileOperations {
                 reply(req, error: error)
             }
         }
+    }
+
+    /// Answers an open the facade accepted: served by the kernel from a backing file when
+    /// PassthroughOpens says so, else by us. Returns fuse_reply_open's result (0: delivered).
+    private static func answerOpen(_ req: fuse_req_t?, _ ino: InodeNumber, _ fi: UnsafeMutablePointer<fuse_file_info>,
+                                   _ opened: OpenReply, flags: OpenFlags, _ fs: FuseFilesystem) -> Int32 {
+        fi.pointee.fh = opened.handle
+        let mayWrite = !flags.isDisjoint(with: [.write, .truncate, .append])
+        let sent: Int32
+        switch fs.passthrough.open(ino, handle: opened.handle, reply: opened, mayWrite: mayWrite) {
+        case .passthrough(let backingID):
+            fs.operations.servedByKernel(ino, handle: opened.handle)
+            fs.metrics?.opened(servedBy: .passthrough)
+            dbxfs_fi_set_keep_cache(fi, false)
+            dbxfs_fi_set_direct_io(fi, false)
+            sent = dbxfs_passthrough_reply_open(UnsafeMutableRawPointer(req), UnsafeRawPointer(fi), backingID)
+        case .cached:
+            fs.metrics?.opened(servedBy: opened.keepCache ? .pageCache : .dbxfs)
+            dbxfs_fi_set_keep_cache(fi, opened.keepCache)
+            dbxfs_fi_set_direct_io(fi, opened.directIO)
+            sent = fuse_reply_open(req, fi)
+        case .busy:
+            fuse_reply_err(req, EBUSY)
+            sent = -1
+        }
+        if sent != 0 { fs.passthrough.released(opened.handle) }
+        return sent
     }
 
     /// open(2) flags as the facade's option set.

@@ -60,8 +60,8 @@ final class FuseSession {
         return arguments
     }
 
-    /// Mounts; with `passthrough`, also installs the hooks that let the kernel serve opens of
-    /// fully cached files from their backing files (CFusePassthrough; needs root).
+    /// Mounts; with `passthrough`, also installs the hooks that let the kernel serve opens from
+    /// backing files (fully cached copies, writers' staging files; CFusePassthrough; needs root).
     func mount(at mountpoint: String, passthrough: Bool = false) throws(Failure) {
         guard let session else { return }
         if fuse_set_signal_handlers(session) != 0 {
@@ -80,7 +80,7 @@ final class FuseSession {
             if dbxfs_passthrough_install(UnsafeMutableRawPointer(session)) == 0 {
                 filesystem.passthrough.attach(session)
             } else {
-                filesystem.log.info("passthrough reads unavailable (libfuse refused the I/O hooks)")
+                filesystem.log.info("passthrough unavailable (libfuse refused the I/O hooks); reads and writes go through dbxfs")
             }
         }
     }

@@ -1,20 +1,24 @@
 /// Which opens the kernel serves by itself, with FUSE passthrough (Linux ≥ 6.9, root only).
 ///
-/// When the facade offers a backing file for a read-only open (a whole, verified copy of the
-/// revision in the disk cache: `OpenReply.backingFile`), the file is registered with the kernel
-/// and the open answered with FOPEN_PASSTHROUGH: its reads then go from the reader straight to the
-/// backing file, at local-file speed, without a request to us (CFusePassthrough does the bytes).
+/// When the facade offers a backing file (`OpenReply.backingFile`), the file is registered with
+/// the kernel and the open answered with FOPEN_PASSTHROUGH: its reads and writes then go from the
+/// caller straight to the backing file, at local-file speed, without a request to us
+/// (CFusePassthrough does the bytes). Two kinds of backing file:
+/// - on a read-only mount, a whole, verified copy of the revision in the disk cache;
+/// - on a writable mount, a writer's staging file (`backingTakesWrites`): the kernel writes it,
+///   and the facade journals it at flush and release (docs/WRITEBACK.md "Passthrough writes").
 ///
-/// The kernel's rule, per inode: while any open of it is passthrough, every open of it must be
-/// passthrough, with the same backing file; and a passthrough open is refused while page-cached
-/// opens remain (a breach fails the open with EIO). Writers can never be passthrough (their bytes
-/// must reach the write-back), which is why the mount only offers this when read-only
-/// (MountOptions.passthrough). So, per inode, under one lock:
-/// - passthrough when a backing file is offered and no cached open is left;
+/// The kernel's rule, per inode (fs/fuse/iomode.c): while any open of it is passthrough, every
+/// open of it must be passthrough, with the same backing file; and a passthrough open is refused
+/// while page-cached opens remain (a breach fails the open). So, per inode, under one lock:
+/// - passthrough when a backing file is offered (not only to join) and no cached open is left;
 /// - while passthrough opens remain, every new open is passthrough on the same backing id, even
-///   one for a newer revision (it reads what the earlier opens read, until they are all closed:
-///   the alternative is EIO);
-/// - the backing id is released with the inode's last passthrough open.
+///   a reader of a newer revision (it reads what the earlier opens read, until they are all
+///   closed: the alternative is an error); a writer joins only if its staging file is that very
+///   backing file (the engine keeps it so: StagingRetention.swift), else it gets EBUSY, since
+///   its writes would land in a file nobody uploads;
+/// - the backing id is released with the inode's last passthrough open, and the inode is cached
+///   again from then on.
 /// An open that fails to register (no CAP_SYS_ADMIN, kernel without passthrough) is an ordinary
 /// one; the first such failure is logged.
 import CFuse
@@ -24,12 +28,14 @@ import VFSCache
 
 final class PassthroughOpens: @unchecked Sendable {
     // @unchecked: every var is only touched with `lock` held.
-    enum Mode: Equatable { case cached, passthrough(backingID: Int32) }
+    enum Mode: Equatable { case cached, passthrough(backingID: Int32), busy }
 
     private struct InodeOpens {
         var cached = 0
         var passthrough = 0
         var backingID: Int32 = 0
+        /// The file behind `backingID`.
+        var backingFile = ""
     }
 
     private let lock = NSLock()
@@ -45,16 +51,22 @@ final class PassthroughOpens: @unchecked Sendable {
     func attach(_ session: OpaquePointer) { lock.withLock { self.session = session } }
     func detach() { lock.withLock { session = nil } }
 
-    /// How to answer the open of `ino` as `handle`; call `released` when it ends (or when the
-    /// reply could not be sent).
-    func open(_ ino: InodeNumber, handle: HandleID, backingFile: String?) -> Mode {
+    /// How to answer the open of `ino` as `handle` (`mayWrite`: opened for writing or truncating);
+    /// call `released` when it ends (or when the reply could not be sent). `.busy`: refuse it.
+    func open(_ ino: InodeNumber, handle: HandleID, reply: OpenReply, mayWrite: Bool) -> Mode {
         lock.lock(); defer { lock.unlock() }
         var opens = inodes[ino] ?? InodeOpens()
         let mode: Mode
         if opens.passthrough > 0 {
+            guard !mayWrite || (reply.backingTakesWrites && reply.backingFile == opens.backingFile) else {
+                log.warning("open of inode \(ino) for writing refused (EBUSY): the kernel serves its other opens from "
+                            + "another file than the one this writer would write; retry once they are closed")
+                return .busy
+            }
             opens.passthrough += 1
             mode = .passthrough(backingID: opens.backingID)
-        } else if let backingFile, opens.cached == 0, let id = backingID(for: &opens, file: backingFile) {
+        } else if let backingFile = reply.backingFile, !reply.backingJoinOnly, opens.cached == 0,
+                  let id = backingID(for: &opens, file: backingFile) {
             opens.passthrough += 1
             mode = .passthrough(backingID: id)
         } else {
@@ -72,12 +84,13 @@ final class PassthroughOpens: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         guard let (ino, mode) = handles.removeValue(forKey: handle), var opens = inodes[ino] else { return }
         switch mode {
-        case .cached: opens.cached -= 1
+        case .cached, .busy: opens.cached -= 1
         case .passthrough:
             opens.passthrough -= 1
             if opens.passthrough == 0, let session {
                 _ = dbxfs_passthrough_backing_close(UnsafeMutableRawPointer(session), opens.backingID)
                 opens.backingID = 0
+                opens.backingFile = ""
             }
         }
         inodes[ino] = opens.cached == 0 && opens.passthrough == 0 ? nil : opens
@@ -93,11 +106,12 @@ final class PassthroughOpens: @unchecked Sendable {
         guard id > 0 else {
             if !failureLogged {
                 failureLogged = true
-                log.info("passthrough reads unavailable (\(String(cString: strerror(-id)))); reads go through dbxfs")
+                log.info("passthrough unavailable (\(String(cString: strerror(-id)))); reads and writes go through dbxfs")
             }
             return nil
         }
         opens.backingID = id
+        opens.backingFile = file
         return id
     }
 }

@@ -82,6 +82,7 @@ final class TimedFilesystem: FilesystemOperations, Sendable {
         try timed(.fsync) { () throws(Errno) in try inner.fsync(ino, handle: handle) }
     }
     func release(_ ino: InodeNumber, handle: HandleID) { timed(.release) { inner.release(ino, handle: handle) } }
+    func servedByKernel(_ ino: InodeNumber, handle: HandleID) { inner.servedByKernel(ino, handle: handle) }
     func create(parent: InodeNumber, name: String, flags: OpenFlags) throws(Errno) -> (EntryReply, OpenReply) {
         try timed(.create) { () throws(Errno) in try inner.create(parent: parent, name: name, flags: flags) }
     }

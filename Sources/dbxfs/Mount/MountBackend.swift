@@ -190,6 +190,8 @@ struct MountBackend: CustomStringConvertible {
         config.diskCacheBytes = Int64(clamping: options.cacheSize)
         // Whole verified copies are only worth their disk I/O if the kernel may read them itself.
         config.keepWholeFiles = options.passthrough
+        config.passthroughWrites = options.passthroughWrites
+        config.stagingBudget = options.stagingBudget
         config.observer = metrics
         let logFile = options.logFile ?? cacheDirectory.appendingPathComponent("dbxfs.log").path
         let what = "\(account.email)\(options.root.isEmpty ? "" : ":" + options.root) (\(serverName))"

@@ -5,6 +5,7 @@
 /// - a staging file is fsync'ed before the journal marks it ready for upload;
 /// - it is deleted only after Dropbox confirmed the commit with the expected content hash;
 /// - a full disk is reported as `Errno.noSpace` by the write that hit it, never dropped.
+import CFileSync
 import ContentHash
 import Foundation
 import Synchronization
@@ -184,6 +185,26 @@ public final class StagingFile: Sendable {
         return UInt64(info.st_size)
     }
 
+    /// What changes with every write or truncate, by anyone (also the kernel writing the file by
+    /// itself, FUSE passthrough): size, mtime and ctime. Linux ≥ 6.13 gives a ctime read here a
+    /// fine-grained successor on the next change (multigrain timestamps, ext4/xfs/btrfs/tmpfs), so
+    /// a write right after this call still changes the stamp.
+    public func changeStamp() throws(Errno) -> ChangeStamp {
+        var info = stat()
+        if fstat(fd, &info) != 0 { throw Errno(errno) }
+        return ChangeStamp(size: UInt64(info.st_size),
+                           modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
+                           changeSeconds: Int64(info.st_ctim.tv_sec), changeNanoseconds: Int64(info.st_ctim.tv_nsec))
+    }
+
+    /// Starts the disk writeback of `count` bytes from `offset` and returns without waiting
+    /// (sync_file_range, SYNC_FILE_RANGE_WRITE): a later `sync` then waits only for what was
+    /// written after (StagingWriteback.swift). Durability still comes from `sync` alone; an error
+    /// here changes nothing the writer was told, and a real one comes back from `sync`.
+    public func startWriteback(from offset: UInt64, count: UInt64) {
+        _ = dbxfs_start_writeback(fd, Int64(offset), Int64(count))
+    }
+
     /// Makes the bytes durable (fdatasync). A deferred ENOSPC can surface here too.
     public func sync() throws(Errno) {
         if fdatasync(fd) != 0 { throw Self.classify(errno) }
@@ -192,4 +213,14 @@ public final class StagingFile: Sendable {
     private static func classify(_ code: Int32) -> Errno {
         code == ENOSPC || code == EDQUOT ? .noSpace : Errno(code)
     }
+}
+
+/// A staging file's size and times at one moment (`StagingFile.changeStamp`).
+public struct ChangeStamp: Sendable, Equatable {
+    public var size: UInt64
+    /// mtime, seconds since 1970.
+    public var modified: Double
+    public var changeSeconds: Int64
+    public var changeNanoseconds: Int64
+    public var modifiedDate: Date { Date(timeIntervalSince1970: modified) }
 }

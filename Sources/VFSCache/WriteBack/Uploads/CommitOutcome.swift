@@ -203,15 +203,25 @@ extension WriteBackEngine {
                         try journal.forgetChunks(staging: record.staging)
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
                     }
-                    files[job.key] = nil
-                    // The staging file holds exactly the bytes of the new rev: the generation
-                    // Dropbox confirmed with our hash, and no writer since (a beginWrite would
-                    // have set `writing`). Handed over for the disk cache rather than deleted,
-                    // so reading it back costs no download (docs/VFSCACHE.md).
-                    if copyPath == nil, configuration.handOverCommittedBytes {
-                        _ = stagingArea.handOver(name: record.staging, generation: record.generation)
+                    if dirty.kernelOpens > 0, copyPath == nil {
+                        // The kernel still serves opens from this file: it stays, without a row,
+                        // until they end (StagingRetention.swift). Not after a conflict: the path
+                        // shows the other version now, and ours is the conflicted copy.
+                        dirty.record = nil
+                        dirty.newBase = .revision(entry.rev ?? "")
+                        dirty.retainedCommit = (job.record.generation, entry)
                     } else {
-                        stagingArea.remove(name: record.staging)
+                        files[job.key] = nil
+                        // The staging file holds exactly the bytes of the new rev: the generation
+                        // Dropbox confirmed with our hash, and no writer since (a beginWrite would
+                        // have set `writing`, and no open of the kernel's is left). Handed over
+                        // for the disk cache rather than deleted, so reading it back costs no
+                        // download (docs/VFSCACHE.md).
+                        if copyPath == nil, configuration.handOverCommittedBytes {
+                            _ = stagingArea.handOver(name: record.staging, generation: record.generation)
+                        } else {
+                            stagingArea.remove(name: record.staging)
+                        }
                     }
                     retryFailedClosesSoon()
                 } catch {
