@@ -255,3 +255,33 @@ def test_no_passthrough_writes_option_keeps_writers_in_dbxfs(pt, tmp_path):
     assert writes_served_by_dbxfs(m, mnt) >= 1
     sync(m, mnt)
     assert_on_dropbox(emu, "/plain.bin", data)
+
+
+@pytest.mark.parametrize("options", [(), ("--no-passthrough-writes",)], ids=["default", "no-passthrough-writes"])
+def test_a_mapping_written_after_its_descriptor_closed_lands_on_dropbox(pt, options):
+    """`mmap`, `close(fd)`, then writes through the mapping: a common C idiom (the mapping keeps
+    the file alive). The mount must upload those bytes, also after the version of the close is
+    already on Dropbox. With passthrough writes this holds only because the mapping keeps the
+    mount's file open, so its release (at `munmap`) journals the change: checked here on the
+    running kernel (docs/SEMANTICS.md "Passthrough writes")."""
+    emu, mount = pt
+    m, mnt = mount(*options)
+    path = mnt / "mapped.bin"
+    model = bytearray(os.urandom(1 << 20))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, model)
+    mapped = mmap.mmap(fd, 0)
+    os.close(fd)
+    if not options:
+        require_passthrough(m, path)
+    # What was written before the mapping is on Dropbox first: the later writes are then the
+    # file's only change, and nothing else brings them to the daemon.
+    sync(m, mnt)
+    assert_on_dropbox(emu, "/mapped.bin", bytes(model))
+    mapped[100:200] = b"W" * 100
+    model[100:200] = b"W" * 100
+    mapped.close()
+    # No open of the file in between: a reader's close would tell the daemon by itself.
+    sync(m, mnt)
+    assert_on_dropbox(emu, "/mapped.bin", bytes(model))
+    assert path.read_bytes() == bytes(model)
