@@ -117,6 +117,9 @@ def outer(args, argv):
     if missing or not os.path.exists("/dev/fuse"):
         sys.exit(f"bench-vs-rclone: missing {', '.join(missing) or '/dev/fuse'} (scripts/install-deps installs "
                  "the tools; FUSE needs /dev/fuse)")
+    for folder, option in ((args.work, "--work"), (args.shm, "--shm")):
+        if not os.path.isdir(folder):
+            sys.exit(f"bench-vs-rclone: {folder} ({option}) is not a folder: create it, or pass another")
     ensure_rclone()
     binary = os.path.abspath(args.bin) if args.bin else build_release()
     if not os.access(binary, os.X_OK):
@@ -173,11 +176,16 @@ class Stop(Exception):
     """SIGTERM inside: unwinds like Ctrl-C, so every `finally` runs."""
 
 
-def describe_commit():
+def describe_build(binary):
+    """The commit the measured binary was built from, as far as this checkout can tell: a binary
+    from another place is named by its path (the checkout's commit says nothing about it)."""
     def git(*a):
         return subprocess.run(["git", "-C", REPO, *a], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD")
+    if not os.path.realpath(binary).startswith(os.path.realpath(os.path.join(REPO, ".build")) + os.sep):
+        return f"{binary} (built elsewhere; this checkout is at {commit})"
     dirty = git("status", "--porcelain", "--", "Sources", "Package.swift")
-    return git("rev-parse", "--short", "HEAD") + (" with uncommitted changes to Sources" if dirty else "")
+    return commit + (" with uncommitted changes to Sources" if dirty else "")
 
 
 def inner(args):
@@ -261,7 +269,7 @@ def print_report(args, results, data, load_before, load_after, seconds):
              "SMALL": str(args.small_files), "LS": f"{args.ls_files // 100 * 100:,}",
              "NS": f"{args.ns_files:,}", "DEEP": f"{data.deep_count:,}", "THREADS": str(args.random_threads),
              "READS": f"{args.random_reads:,}"}
-    print(f"dbxfs {describe_commit()} against {rclone_version} (--vfs-cache-mode full --vfs-write-back 0s), "
+    print(f"dbxfs {describe_build(args.bin)} against {rclone_version} (--vfs-cache-mode full --vfs-write-back 0s), "
           f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
           f"{args.pairs} pair(s) per case, medians; load average {load_before[0]:.1f}/{load_before[1]:.1f} before, "
           f"{load_after[0]:.1f}/{load_after[1]:.1f} after (1/5 min); {seconds / 60:.0f} min")
