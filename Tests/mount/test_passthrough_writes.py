@@ -261,9 +261,9 @@ def test_no_passthrough_writes_option_keeps_writers_in_dbxfs(pt, tmp_path):
 def test_a_mapping_written_after_its_descriptor_closed_lands_on_dropbox(pt, options):
     """`mmap`, `close(fd)`, then writes through the mapping: a common C idiom (the mapping keeps
     the file alive). The mount must upload those bytes, also after the version of the close is
-    already on Dropbox. With passthrough writes this holds only because the mapping keeps the
-    mount's file open, so its release (at `munmap`) journals the change: checked here on the
-    running kernel (docs/SEMANTICS.md "Passthrough writes")."""
+    already on Dropbox. With passthrough writes the daemon hears of those writes only through a
+    later release of the mount's file: checked here on the running kernel (docs/SEMANTICS.md
+    "Writing")."""
     emu, mount = pt
     m, mnt = mount(*options)
     path = mnt / "mapped.bin"
