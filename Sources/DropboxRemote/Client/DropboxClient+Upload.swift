@@ -47,16 +47,10 @@ extension DropboxClient {
         let route = Route.upload("files/upload", errors: .upload)
         var arg = commit.jsonFields
         if let contentHash { arg["content_hash"] = .string(contentHash) }
-        let tracker = MonotonicProgressBox(progress, total: body.length)
-        return try withRetries(route: route, cancel: cancel) { [arg] (context) throws(DropboxError) -> FileMetadata in
-            do throws(DropboxError) {
-                let result = try attempt(route, arg: .object(arg), context: context, body: body, cancel: cancel,
-                                         onSent: { tracker.update($0) })
-                return try FileMetadata(json: result.result)
-            } catch .route(.pathWrite(.conflict(.file)), let summary) where context.earlierAttemptMayHaveCommitted {
-                if let committed = try alreadyCommitted(path: commit.path, contentHash: contentHash) { return committed }
-                throw .route(.pathWrite(.conflict(.file)), summary: summary)
-            }
+        return try committingRequest(route, arg: arg, body: body, progress: progress, cancel: cancel,
+                                     path: commit.path, contentHash: contentHash) { error in
+            if case .route(.pathWrite(.conflict(.file)), _) = error { return true }
+            return false
         }
     }
 
@@ -120,20 +114,30 @@ extension DropboxClient {
         var arg: [String: JSON] = ["cursor": ["session_id": .string(sessionID), "offset": .int(Int64(offset))],
                                    "commit": .object(commit.jsonFields)]
         if let contentHash { arg["content_hash"] = .string(contentHash) }
+        return try committingRequest(route, arg: arg, body: body, progress: progress, cancel: cancel,
+                                     path: commit.path, contentHash: fileContentHash) { error in
+            switch error {
+            case .route(.uploadSession, _), .route(.pathWrite(.conflict(.file)), _): return true
+            default: return false
+            }
+        }
+    }
+
+    /// One request that commits a file at `path` (upload, upload_session/finish), with retries. A
+    /// retry whose earlier attempt may have committed, refused with an error `earlierCommitShows`
+    /// accepts, ends well if Dropbox already has our `contentHash` there (the lost reply's commit).
+    private func committingRequest(_ route: Route, arg: [String: JSON], body: UploadBody, progress: TransferProgress?,
+                                   cancel: CancelHandle?, path: String, contentHash: String?,
+                                   earlierCommitShows: (DropboxError) -> Bool) throws(DropboxError) -> FileMetadata {
         let tracker = MonotonicProgressBox(progress, total: body.length)
-        return try withRetries(route: route, cancel: cancel) { [arg] (context) throws(DropboxError) -> FileMetadata in
+        return try withRetries(route: route, cancel: cancel) { (context) throws(DropboxError) -> FileMetadata in
             do throws(DropboxError) {
                 let result = try attempt(route, arg: .object(arg), context: context, body: body, cancel: cancel,
                                          onSent: { tracker.update($0) })
                 return try FileMetadata(json: result.result)
-            } catch let error where context.earlierAttemptMayHaveCommitted {
-                switch error {
-                case .route(.uploadSession, _), .route(.pathWrite(.conflict(.file)), _):
-                    if let committed = try alreadyCommitted(path: commit.path, contentHash: fileContentHash) { return committed }
-                    throw error
-                default:
-                    throw error
-                }
+            } catch let error where context.earlierAttemptMayHaveCommitted && earlierCommitShows(error) {
+                if let committed = try alreadyCommitted(path: path, contentHash: contentHash) { return committed }
+                throw error
             }
         }
     }
