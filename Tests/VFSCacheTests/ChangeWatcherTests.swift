@@ -259,6 +259,38 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(a) == Array("a".utf8))
     }
 
+    /// One failed round (a 5xx or a reset the watcher's two attempts did not get past) is not
+    /// Dropbox being unreachable: offline mode would fail every user's uncached read and listing
+    /// at once (the clean-clone CI run of 211c7f2 saw `open` get EIO in
+    /// test_read_survives_injected_5xx_and_resets). The watcher tries again shortly and goes
+    /// offline only once its rounds have failed for `offlineAfter` seconds.
+    @Test func oneFailedRoundDoesNotTakeTheMountOffline() throws {
+        let base = seeded()
+        let remote = FailingRemote(base)
+        let log = LogCapture()
+        let vfs = try makeVFS(remote, log: log)
+        let offline = OfflineState()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil, offline: offline,
+                                    options: .init(retryDelay: 0.05, offlineAfter: 1.5, graceRetryDelay: 0.1))
+        watcher.start()
+        defer { watcher.stop() }
+        #expect(eventually { watcher.lag() != nil })   // connected
+        remote.failNext("listFolderContinue", times: 1, with: .unavailable("server(status: 503)"))
+        base.externalWrite("/after-blip.txt", "b")
+        #expect(eventually { (try? vfs.resolve("/after-blip.txt")) != nil })
+        #expect(!log.contains("offline ("), "\(log.all.filter { $0.contains("offline") })")
+        #expect(!watcher.isOffline)
+
+        // Rounds that keep failing do take it offline, once they have failed that long.
+        remote.setRule { name, _ in name == "longpoll" || name == "listFolderContinue" ? .unavailable("connection refused") : nil }
+        let failing = Date()
+        base.externalWrite("/while-down.txt", "d")
+        #expect(eventually { watcher.isOffline })
+        #expect(Date().timeIntervalSince(failing) >= 1.4)
+        remote.setRule { _, _ in nil }
+        #expect(eventually { !watcher.isOffline })
+    }
+
     /// The metrics' `dbxfs_change_feed_lag_seconds`: unknown before the feed first reaches
     /// Dropbox, small once it is in step, growing while Dropbox cannot be reached (a failed round
     /// leaves the last moment in step where it was), back once a round succeeds again.

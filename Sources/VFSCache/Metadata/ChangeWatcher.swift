@@ -28,10 +28,19 @@ public final class ChangeWatcher: Sendable {
         /// First retry delay after a failure; doubles up to `maxRetryDelay`.
         public var retryDelay: Double = 1
         public var maxRetryDelay: Double = 30
-        public init(longpollTimeout: Int = 30, retryDelay: Double = 1, maxRetryDelay: Double = 30) {
+        /// How long rounds must keep failing before the mount goes offline: one failed round (a
+        /// 5xx or a reset past the watcher's two attempts) is a blip, not an unreachable Dropbox.
+        /// A round that took this long to fail (timeouts) takes the mount offline at once.
+        public var offlineAfter: Double = 3
+        /// The wait before the next round while failures are younger than `offlineAfter`.
+        public var graceRetryDelay: Double = 0.5
+        public init(longpollTimeout: Int = 30, retryDelay: Double = 1, maxRetryDelay: Double = 30,
+                    offlineAfter: Double = 3, graceRetryDelay: Double = 0.5) {
             self.longpollTimeout = min(max(longpollTimeout, 30), 480)
             self.retryDelay = retryDelay
             self.maxRetryDelay = maxRetryDelay
+            self.offlineAfter = offlineAfter
+            self.graceRetryDelay = graceRetryDelay
         }
     }
 
@@ -159,12 +168,24 @@ public final class ChangeWatcher: Sendable {
 
     private func run() {
         var delay = options.retryDelay
+        /// When the first round of the current run of failed rounds began.
+        var failingSince: Date?
         while !stopping {
+            let started = Date()
             do throws(RemoteError) {
                 try step()
                 delay = options.retryDelay
+                failingSince = nil
             } catch {
                 if stopping { return }
+                let since = failingSince ?? started
+                failingSince = since
+                if !offline.isOffline, Date().timeIntervalSince(since) < options.offlineAfter {
+                    // A blip until rounds have failed for a while: users' calls go on meanwhile.
+                    log.debug("change feed: \(error); trying again")
+                    sleep(options.graceRetryDelay)
+                    continue
+                }
                 // The tree stays "watched": offline, the cached tree is the best answer, and
                 // trying Dropbox on every TTL expiry would only make each lookup wait. The
                 // feed catches up from the same cursor once Dropbox answers again. A refused
