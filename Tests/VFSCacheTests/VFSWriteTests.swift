@@ -47,6 +47,41 @@ import Testing
         vfs.release(ino, handle: handle)
     }
 
+    /// An open for writing between our commit and the facade's showing it (the event waits on the
+    /// engine's queue) must start from the committed bytes, even when the mount no longer holds
+    /// the file's last staging file itself (modelled by forgetting its local record; the clean-
+    /// clone CI run of 891f833 met that state with passthrough writes): the tree still shows the
+    /// rev before the commit, with the new size.
+    @Test func aWriteOpenedBeforeOurCommitIsShownStartsFromTheCommittedBytes() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1100, seed: 11)
+        remote.externalWrite("/f.bin", old)
+        let w = try Writable(remote)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
+        let engine = try #require(w.vfs.writeBack)
+        let gate = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { gate.wait() }
+        var released = false
+        defer { if !released { gate.signal() } }
+        // Our version: 100 bytes appended (1200), committed on Dropbox; the event waits.
+        let first = try w.vfs.open(ino, flags: [.write, .append])
+        let added = testBytes(100, seed: 12)
+        try write(w.vfs, ino, first.handle, at: 1100, added)
+        try close(w.vfs, ino, first.handle)
+        #expect(eventually { remote.content("/f.bin") == old + added })
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        w.vfs.localFiles.forget(ino)
+        // Another append, in the window.
+        let second = try w.vfs.open(ino, flags: [.write, .append])
+        try write(w.vfs, ino, second.handle, at: 1200, Array("!".utf8))
+        try close(w.vfs, ino, second.handle)
+        gate.signal(); released = true
+        w.sync()
+        #expect(remote.content("/f.bin") == old + added + Array("!".utf8))
+        #expect(try w.vfs.readAll(ino) == old + added + Array("!".utf8))
+        #expect(engine.status().conflicts.isEmpty)
+    }
+
     @Test func createWriteCloseIsReadableAtOnceAndUploaded() throws {
         let remote = InMemoryRemote()
         let w = try Writable(remote)

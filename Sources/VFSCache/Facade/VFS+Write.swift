@@ -787,13 +787,16 @@ extension VFS {
             let ino = metadata.locked { $0.resolve(path: path) }
             let file = ino.flatMap { localFiles.existing($0) }
             let writing = file?.withLock { file!.writing } ?? false
-            let stillDirty = writing || writeBack?.stagingFile(path: path) != nil
+            let stillDirty = writing || writeBack?.keepsLocalBytes(path: path) == true
             dropBlocks(of: metadata.applyCommitted(path: path, entry: entry, stillDirty: stillDirty))
             if !stillDirty, let ino {
                 // Forget the kernel's view of the old rev, and the local file once idle.
                 metadata.clearOpenedRev(ino)
                 localFiles.dropIfIdle(ino)
             }
+            // Only now, with the tree showing the new rev, may the engine let the staging file go
+            // (an open for writing before this found it still there; StagingRetention.swift).
+            writeBack?.commitShown(path: path, generation: generation)
             adoptCommittedBytes(generation: generation, entry: entry, ino: ino)
         case .conflicted(let path, let copyPath, _, let entry):
             logger.warning("conflict: \(path) was changed elsewhere; ours is kept as \(copyPath)")

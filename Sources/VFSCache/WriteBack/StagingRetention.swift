@@ -1,9 +1,16 @@
+/// Staging files kept after their commit. The engine learns of a commit before the facade's
+/// tree shows it (the event is delivered on the engine's event queue), so a committed staging
+/// file is kept, without a journal row, until the facade has shown the commit (`commitShown`):
+/// an open for writing in between finds these bytes and writes on, where it would otherwise fill
+/// a new staging file from the rev the tree still shows (the bytes before the commit, or with the
+/// wrong size an EIO). Then the bytes are handed over to the disk cache as the new rev's copy.
+///
 /// Staging files the kernel writes and reads by itself (FUSE passthrough, docs/WRITEBACK.md
-/// "Passthrough writes"): the facade names such an open's staging file as the kernel's backing
-/// file, and the kernel then requires every later open of that inode, until the last one closes,
-/// to use the same file. So the engine must not swap the file for a new one under those opens: a
-/// commit that lands while any is left keeps the staging file (without a journal row: its bytes
-/// are on Dropbox), the next write of the path reuses it, and it goes with the last such open.
+/// "Passthrough writes") are also kept: the facade names such an open's staging file as the
+/// kernel's backing file, and the kernel then requires every later open of that inode, until the
+/// last one closes, to use the same file. So the engine must not swap the file for a new one
+/// under those opens: a commit that lands while any is left keeps the staging file, the next write
+/// of the path reuses it, and it goes with the last such open.
 ///
 /// While such opens are left, the file's disk writeback is started behind the kernel's writes
 /// (StagingWriteback.swift), so the fdatasync at close waits for the tail only.
@@ -19,6 +26,7 @@ extension WriteBackEngine {
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[Self.key(path)], dirty.file === file else { return false }
         dirty.kernelOpens += 1
+        dirty.retainedCommit?.servedByKernel = true
         stagingWriteback.watch(file)
         return true
     }
@@ -32,11 +40,51 @@ extension WriteBackEngine {
         stagingWriteback.unwatch(file)
         guard let (key, dirty) = files.first(where: { $0.value.file === file }) else { return }
         dirty.kernelOpens = max(0, dirty.kernelOpens - 1)
+        if let commit = letGoIfUnused(key, dirty) {
+            emit(.committed(path: dirty.path, generation: commit.generation, entry: commit.entry))
+        }
+    }
+
+    /// The facade's tree shows the commit of `generation` of `path`: the staging file kept for it
+    /// may go (handed over to the disk cache), unless a writer took it over or the kernel still
+    /// serves it. Called by the facade's handler of the event before it adopts the bytes, and
+    /// after every handler (a second call does nothing).
+    public func commitShown(path: String, generation: UInt64) {
+        condition.lock(); defer { condition.unlock() }
+        let key = Self.key(path)
+        guard let dirty = files[key], var commit = dirty.retainedCommit, commit.generation == generation,
+              !commit.shownByFacade else { return }
+        commit.shownByFacade = true
+        dirty.retainedCommit = commit
+        _ = letGoIfUnused(key, dirty)
+    }
+
+    /// True if `path` has bytes the commits shown so far do not account for: a writer, a close
+    /// not on Dropbox yet, or a staging file the kernel still serves. A staging file kept only
+    /// until the facade shows its commit does not count (the facade asks while showing it).
+    public func keepsLocalBytes(path: String) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        guard let dirty = files[Self.key(path)] else { return false }
+        return dirty.retainedCommit == nil || dirty.kernelOpens > 0 || dirty.writing || dirty.record != nil
+            || dirty.closeFailure != nil
+    }
+
+    /// Drops a committed staging file nothing needs any more (lock held) and returns its commit.
+    /// Its bytes are the commit's (a writer would have cleared `retainedCommit`), so they are
+    /// handed over for the disk cache rather than deleted, and reading them back costs no download
+    /// (docs/VFSCACHE.md). Not if the kernel served the file after the commit: what it wrote
+    /// without a close the daemon saw is not known to match the commit's content hash.
+    private func letGoIfUnused(_ key: String, _ dirty: DirtyFile) -> RetainedCommit? {
         guard dirty.kernelOpens == 0, !dirty.writing, dirty.record == nil, dirty.closeFailure == nil,
-              let commit = dirty.retainedCommit else { return }
+              let commit = dirty.retainedCommit, commit.shownByFacade else { return nil }
         files[key] = nil
-        stagingArea.remove(name: file.name)
-        emit(.committed(path: dirty.path, generation: commit.generation, entry: commit.entry))
+        dirty.letGo = true
+        if configuration.handOverCommittedBytes, !commit.servedByKernel {
+            _ = stagingArea.handOver(name: dirty.file.name, generation: commit.generation)
+        } else {
+            stagingArea.remove(name: dirty.file.name)
+        }
+        return commit
     }
 
     /// Bytes closed or being written that Dropbox does not have yet (for the staging budget).
@@ -49,4 +97,14 @@ extension WriteBackEngine {
             return sum + (size > sent ? size - sent : 0)
         }
     }
+}
+
+/// The commit of a staging file kept after it (see above).
+struct RetainedCommit {
+    let generation: UInt64
+    let entry: RemoteEntry
+    /// The facade's handler of the commit event has run (its tree shows the new rev).
+    var shownByFacade: Bool
+    /// The kernel served an open from the file after the commit.
+    var servedByKernel: Bool
 }

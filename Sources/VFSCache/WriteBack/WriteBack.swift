@@ -152,7 +152,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                 dirty.prefixHash = nil
             }
             dirty.writing = true
-            dirty.retainedCommit = nil
+            dirty.retainedCommit = nil   // new bytes: no longer just the commit's
             dirty.hardError = nil
             dirty.closeFailure = nil
             dirty.active?.cancelled.store(true, ordering: .relaxed)
@@ -688,6 +688,9 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// Puts moved dirty files under their new keys, with the bases the facade returned.
     func apply(_ moves: [PlannedMove], bases: [String: WriteBase]) {
+        // A committed file let go while the rename's remote call ran has nothing left to move:
+        // its staging file is gone or handed over, and it must not come back under the new name.
+        let moves = moves.filter { !$0.dirty.letGo }
         for move in moves {
             let oldKey = Self.key(move.dirty.path)
             if files[oldKey] === move.dirty { files[oldKey] = nil }
@@ -844,8 +847,13 @@ final class DirtyFile {
     /// Opens the kernel serves from this staging file by itself (FUSE passthrough): while any is
     /// left, a commit keeps the file (StagingRetention.swift).
     var kernelOpens = 0
-    /// The commit that landed while `kernelOpens` kept the file, announced again when it goes.
-    var retainedCommit: (generation: UInt64, entry: RemoteEntry)?
+    /// The commit of the file's latest bytes, while the file is kept after it (until the facade
+    /// showed it and the kernel's opens ended, StagingRetention.swift); nil once a writer took
+    /// the file over.
+    var retainedCommit: RetainedCommit?
+    /// Let go after its commit (StagingRetention.swift): no longer the engine's, whatever a
+    /// rename that listed it before will do.
+    var letGo = false
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base

@@ -48,6 +48,38 @@ import Testing
         #expect(eventually { commits(fixture, "/p.bin") == announced + 1 })
     }
 
+    /// The engine learns of its commit before the facade's tree shows it: until the commit event
+    /// has been handled, the staging file stays the path's, and a new write there writes on from
+    /// the committed bytes (the clean-clone CI run of 891f833 saw an append in that window fill a
+    /// new staging file from the rev before the commit, and fail).
+    @Test func aCommittedStagingFileStaysThePathsUntilTheCommitEventWasHandled() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let gate = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { gate.wait() }   // the facade is busy: events wait
+        var released = false
+        defer { if !released { gate.signal() } }
+        let file = try engine.beginWrite(path: "/w.txt", base: .newFile)
+        try file.write(at: 0, bytes("committed"))
+        let generation = try engine.close(path: "/w.txt")
+        try engine.waitUntilCommitted(path: "/w.txt", generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/w.txt") == bytes("committed"))
+        #expect(engine.stagingFile(path: "/w.txt") === file)
+        #expect(!engine.keepsLocalBytes(path: "/w.txt"))
+        // An append now: the same file, holding the committed bytes, based on the commit's rev.
+        let again = try engine.beginWrite(path: "/w.txt", base: .newFile)
+        #expect(again === file)
+        try again.write(at: UInt64(try again.size()), bytes(" and more"))
+        let next = try engine.close(path: "/w.txt")
+        gate.signal(); released = true
+        try engine.waitUntilCommitted(path: "/w.txt", generation: next, timeout: 10)
+        #expect(fixture.memory.content("/w.txt") == bytes("committed and more"))
+        #expect(engine.status().conflicts.isEmpty)
+        engine.deliverPendingEvents()
+        #expect(engine.stagingFile(path: "/w.txt") == nil)
+        #expect(fixture.stagingNames().allSatisfy { $0.hasSuffix(".committed") }, "\(fixture.stagingNames())")
+    }
+
     /// After a conflict the path shows the other version, and ours is the conflicted copy: the
     /// staging file is not kept for the path (a later writer there starts from the other version).
     @Test func aConflictDropsTheStagingFileEvenWhileTheKernelServesIt() throws {

@@ -20,6 +20,7 @@ import Testing
         #expect(path == "/Docs/Note.txt")
         #expect(committedGeneration == generation)
         #expect(entry.contentHash == DropboxContentHasher.hash(bytes("hello")))
+        engine.deliverPendingEvents()   // the staging file goes once the event was handled
         #expect(fixture.stagingNames().isEmpty)
         #expect(try fixture.journalRows() == 0)
     }

@@ -203,25 +203,20 @@ extension WriteBackEngine {
                         try journal.forgetChunks(staging: record.staging)
                         if let copyPath { try journal.recordConflict(path: record.path, copyPath: copyPath, at: now) }
                     }
-                    if dirty.kernelOpens > 0, copyPath == nil {
-                        // The kernel still serves opens from this file: it stays, without a row,
-                        // until they end (StagingRetention.swift). Not after a conflict: the path
-                        // shows the other version now, and ours is the conflicted copy.
+                    if copyPath == nil {
+                        // The staging file stays, without a row (its bytes are on Dropbox), until
+                        // the facade has shown this commit in its tree and the kernel no longer
+                        // serves opens from it (StagingRetention.swift): a writer that opens in
+                        // between must find these bytes, not fill from the rev the tree still
+                        // shows. Not after a conflict: the path shows the other version now, and
+                        // ours is the conflicted copy.
                         dirty.record = nil
                         dirty.newBase = .revision(entry.rev ?? "")
-                        dirty.retainedCommit = (job.record.generation, entry)
+                        dirty.retainedCommit = RetainedCommit(generation: job.record.generation, entry: entry,
+                                                              shownByFacade: false, servedByKernel: dirty.kernelOpens > 0)
                     } else {
                         files[job.key] = nil
-                        // The staging file holds exactly the bytes of the new rev: the generation
-                        // Dropbox confirmed with our hash, and no writer since (a beginWrite would
-                        // have set `writing`, and no open of the kernel's is left). Handed over
-                        // for the disk cache rather than deleted, so reading it back costs no
-                        // download (docs/VFSCACHE.md).
-                        if copyPath == nil, configuration.handOverCommittedBytes {
-                            _ = stagingArea.handOver(name: record.staging, generation: record.generation)
-                        } else {
-                            stagingArea.remove(name: record.staging)
-                        }
+                        stagingArea.remove(name: record.staging)
                     }
                     retryFailedClosesSoon()
                 } catch {
@@ -383,6 +378,10 @@ extension WriteBackEngine {
 
     func emit(_ event: WriteBackEvent) {
         let onEvent = self.onEvent
-        eventQueue.async { onEvent(event) }
+        eventQueue.async { [self] in
+            onEvent(event)
+            // A handler that did not say so itself (an engine without a facade) has shown it now.
+            if case .committed(let path, let generation, _) = event { commitShown(path: path, generation: generation) }
+        }
     }
 }
