@@ -82,6 +82,32 @@ import Testing
         #expect(engine.status().conflicts.isEmpty)
     }
 
+    /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
+    /// of ours still had it open: a later edit through the mount starts from their version, not
+    /// from our old bytes that the open reader kept alive (that would overwrite their change).
+    @Test func anEditAfterARemoteChangeStartsFromTheRemoteVersionWhileOurOldBytesAreStillOpen() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        let (entry, created) = try w.vfs.create(parent: rootInode, name: "doc.txt", flags: [.write])
+        let ino = entry.attributes.ino
+        try write(w.vfs, ino, created.handle, at: 0, Array("ours, version one".utf8))
+        let reader = try w.vfs.open(ino, flags: .read)   // stays open throughout
+        defer { w.vfs.release(ino, handle: reader.handle) }
+        try close(w.vfs, ino, created.handle)
+        w.sync()
+        #expect(remote.content("/doc.txt") == Array("ours, version one".utf8))
+        remote.externalWrite("/doc.txt", "THEIRS: version two")
+        Thread.sleep(forTimeInterval: 0.7)   // past directoryTTL (0.5 s): the next lookup refreshes
+        _ = try w.vfs.lookup(parent: rootInode, name: "doc.txt")
+        #expect(try w.vfs.getattr(ino).0.size == 19)
+        let editor = try w.vfs.open(ino, flags: [.write])
+        try write(w.vfs, ino, editor.handle, at: 0, Array("t".utf8))
+        try close(w.vfs, ino, editor.handle)
+        w.sync()
+        #expect(remote.content("/doc.txt") == Array("tHEIRS: version two".utf8))
+        #expect(w.vfs.writeBack!.status().conflicts.isEmpty)
+    }
+
     @Test func createWriteCloseIsReadableAtOnceAndUploaded() throws {
         let remote = InMemoryRemote()
         let w = try Writable(remote)

@@ -267,9 +267,13 @@ extension VFS {
         let staging = try writeBack.beginWrite(path: path, base: base)
         if staging !== file.staging {
             let wanted = min(keepBytes ?? .max, meta.size)
+            // Our last staging file is the content only while the tree shows local bytes: once a
+            // commit showed, the tree's rev is (an open reader may keep our old bytes alive, and
+            // the rev may since be someone else's).
+            let previous = node.local == .dirty ? file.staging : nil
             do throws(Errno) {
                 if wanted > 0 {
-                    if let previous = file.staging {
+                    if let previous {
                         try copy(from: previous, to: staging, count: wanted)
                     } else if let id = node.id, !meta.rev.isEmpty {
                         try fetch(makeReader(file.ino, path: path, fileID: id, file: meta), into: staging, count: wanted)

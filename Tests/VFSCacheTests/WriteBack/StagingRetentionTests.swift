@@ -38,6 +38,7 @@ import Testing
         #expect(engine.status().conflicts.isEmpty)
         #expect(fixture.stagingNames() == [file.name])
 
+        engine.deliverPendingEvents()   // the facade has shown the commit: only the opens keep it
         engine.releaseStaging(file)
         #expect(fixture.stagingNames() == [file.name])   // one open left
         let announced = commits(fixture, "/p.bin")
