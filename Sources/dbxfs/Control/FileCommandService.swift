@@ -253,6 +253,11 @@ final class FileCommandService: Sendable {
         let deadline = Date().addingTimeInterval(Self.queuedChangesWait)
         while !engine.waitForNamespaceOperations(touching: [path], until: min(deadline, Date().addingTimeInterval(0.5))) {
             try requireOnline()
+            // Its last attempt could not reach Dropbox: say so now (the mount itself goes
+            // offline only once its change feed has failed for a while).
+            if let why = engine.unreachableReason(forOperationsTouching: [path]) {
+                throw Failure(message: "Dropbox cannot be reached (\(why)); try again once the network is back")
+            }
             if Date() >= deadline {
                 throw Failure(message: "changes made on the mount at \(shown) are not on Dropbox yet (dbxfs status lists them); try again after dbxfs sync")
             }

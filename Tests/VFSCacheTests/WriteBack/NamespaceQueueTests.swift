@@ -53,6 +53,27 @@ import Testing
         #expect(fixture.memory.calls("delete") == 0 && fixture.memory.calls("metadata") == 0)
     }
 
+    /// A command about a path whose queued change cannot reach Dropbox (`dbxfs undelete` right
+    /// after `rm` while Dropbox fails) learns why at once, instead of waiting out its 30 s for the
+    /// change (the CLI's test_every_command_says_dropbox_cannot_be_reached passed only while the
+    /// change feed's long-poll happened to end within those 30 s).
+    @Test func aQueuedOperationThatCannotReachDropboxSaysWhy() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.memory.externalWrite("/q/x.txt", "x")
+        let rev = try fixture.memory.metadata(path: "/q/x.txt")?.rev
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        fixture.probe.failBefore { operation, _ in operation == "deleteBatch" || operation == "delete" ? .unavailable("HTTP 500 (test)") : nil }
+        try engine.journalUnlink(path: "/q/x.txt", rev: { rev }) { _ in }
+        #expect(engine.unreachableReason(forOperationsTouching: ["/Q/x.txt"]) == nil)   // not tried yet
+        #expect(eventually { engine.unreachableReason(forOperationsTouching: ["/q/x.txt"]) != nil })
+        #expect(engine.unreachableReason(forOperationsTouching: ["/q"])?.contains("HTTP 500 (test)") == true)
+        #expect(engine.unreachableReason(forOperationsTouching: ["/other"]) == nil)
+        fixture.probe.failBefore { _, _ in nil }
+        #expect(sync(engine).isEmpty)
+        #expect(engine.unreachableReason(forOperationsTouching: ["/q/x.txt"]) == nil)
+        #expect(fixture.memory.content("/q/x.txt") == nil)
+    }
+
     @Test func onlyIndependentOperationsShareABatchAndOrderIsKept() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let x = fixture.memory.externalWrite("/a/x", bytes("x"))

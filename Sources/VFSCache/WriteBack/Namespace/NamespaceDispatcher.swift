@@ -318,6 +318,7 @@ extension WriteBackEngine {
     private func fail(_ index: Int, _ error: RemoteError, now: Date) {
         namespaceOperations[index].attempts += 1
         namespaceOperations[index].lastError = "\(error)"
+        if case .unavailable(let why) = error { namespaceOperations[index].unreachable = why } else { namespaceOperations[index].unreachable = nil }
         let operation = namespaceOperations[index]
         switch NamespaceRetry.action(for: error, attempt: operation.attempts, configuration: configuration) {
         case .retry(let delay, let pauseAll):

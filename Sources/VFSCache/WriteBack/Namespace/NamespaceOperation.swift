@@ -46,6 +46,9 @@ struct NamespaceOperation: Sendable, Equatable {
     /// The last attempt failed with an error that needs time or a person (held, retried slowly).
     var hardError: RemoteError?
     var failedAt = Date.distantPast
+    /// The last attempt could not reach Dropbox (`.unavailable`): why, for a command that would
+    /// otherwise wait for this operation (`unreachableReason`).
+    var unreachable: String?
 
     /// The path keys it touches (its path, and a move's target).
     var keys: [String] {

@@ -294,6 +294,18 @@ extension WriteBackEngine {
         return true
     }
 
+    /// Why Dropbox could not be reached by the latest attempt of a queued operation at or under
+    /// (or above) one of `paths`, if one failed so: a command that would wait for that operation
+    /// says so at once rather than wait. nil if none was tried yet or none failed that way.
+    public func unreachableReason(forOperationsTouching paths: [String]) -> String? {
+        var asked = PathOverlapSet()
+        for path in paths { asked.insert(Self.key(path)) }
+        condition.lock(); defer { condition.unlock() }
+        return namespaceOperations.first { operation in
+            operation.unreachable != nil && operation.keys.contains(where: asked.overlaps)
+        }?.unreachable
+    }
+
     /// Status lines for queued operations, as `PendingUpload`s with `operation` set.
     func namespaceReports() -> [PendingUpload] {
         namespaceOperations.map { operation in
