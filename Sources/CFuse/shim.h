@@ -7,6 +7,7 @@
 #define DBXFS_CFUSE_SHIM_H
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <spawn.h>
 #include <sys/types.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -80,7 +81,27 @@ static inline void dbxfs_fi_set_cache_readdir(struct fuse_file_info *fi, bool on
 
 /* Swift marks fork() unavailable on some platforms; the daemon path forks before any thread
  * starts, which is the one safe moment. */
-static inline pid_t dbxfs_fork(void) { return fork(); }
+/* Starts `path` as the leader of a new session (the detached mount daemon), with `close_fd`
+ * closed in it. A spawned process, not a fork: the Swift runtime caches each thread's id in a
+ * thread-local for its locks, so a forked child's main thread would lock with its parent's id,
+ * and a lock it then shares with another thread spins forever (Sources/dbxfs/Mount/Daemon.swift). */
+static inline int dbxfs_spawn_session(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                                      int close_fd) {
+    posix_spawnattr_t attributes;
+    posix_spawn_file_actions_t actions;
+    if (posix_spawnattr_init(&attributes) != 0) return -1;
+#ifdef POSIX_SPAWN_SETSID
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+#else
+    posix_spawnattr_setflags(&attributes, 0x80);   /* glibc's POSIX_SPAWN_SETSID, shown only under _GNU_SOURCE */
+#endif
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addclose(&actions, close_fd);
+    int result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    return result;
+}
 
 /* Keeps large buffers (1 MiB replies, 4 MiB blocks) on the heap instead of a fresh mmap each:
  * see main.swift for the measurement. malloc.h is not part of Swift's Glibc module. */

@@ -1,9 +1,16 @@
-/// Detaching from the terminal without lying about the outcome: the parent forks before any
-/// thread exists, then waits on a pipe until the child says "mounted" or sends its one-line
-/// error. So `dbxfs MOUNTPOINT` returns 0 only once the mount is live (printing nothing, or one
-/// line worth knowing, such as a mount made offline), and otherwise prints the child's reason
-/// and exits 1. What the child logs before that goes to the log file, never to the terminal
-/// (StartupLog).
+/// Detaching from the terminal without lying about the outcome: the command starts the daemon
+/// (itself again, as the leader of a new session), then waits on a pipe until the daemon says
+/// "mounted" or sends its one-line error. So `dbxfs MOUNTPOINT` returns 0 only once the mount is
+/// live (printing nothing, or one line worth knowing, such as a mount made offline), and otherwise
+/// prints the daemon's reason and exits 1. What the daemon logs before that goes to the log file,
+/// never to the terminal (StartupLog).
+///
+/// Why a new process and not `fork()`: the Swift runtime caches each thread's id in a
+/// thread-local and its locks record that id (priority-inheritance futexes). A forked child's
+/// main thread keeps its parent's id, and a lock it then shares with another thread spins both
+/// forever: a detached mount hung at start, two threads at 100 % CPU in `swift_once` inside
+/// `FileHandle.write` (clean-clone CI run of faf7801, test_a_relative_log_file_is_written…). The
+/// daemon finds the pipe's fd in `DBXFS_DAEMON_REPORT_FD`.
 import CFuse
 import Foundation
 
@@ -34,24 +41,33 @@ enum Daemon {
         }
     }
 
-    /// Forks. Returns in the child (with its reporter); the parent never returns: it exits with
-    /// the child's verdict.
+    /// The environment variable that tells the daemon which fd reaches the waiting command.
+    static let reportVariable = "DBXFS_DAEMON_REPORT_FD"
+
+    /// In the command: starts the daemon and never returns (it exits with the daemon's verdict).
+    /// In the daemon (started so): returns its reporter.
     static func detach() -> Reporter {
+        if let text = getenv(reportVariable).map({ String(cString: $0) }), let fd = Int32(text), fd > 2 {
+            unsetenv(reportVariable)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)   // not for what the daemon runs (fusermount3)
+            return Reporter(fd: fd)
+        }
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else {
             printError("cannot create a pipe: \(String(cString: strerror(errno)))")
             exit(1)
         }
-        fflush(nil)
-        let pid = dbxfs_fork()
-        if pid < 0 {
-            printError("cannot fork: \(String(cString: strerror(errno)))")
-            exit(1)
+        let environment = ProcessInfo.processInfo.environment.filter { $0.key != reportVariable }
+            .map { "\($0.key)=\($0.value)" } + ["\(reportVariable)=\(fds[1])"]
+        var pid: pid_t = 0
+        let result = withCStrings(CommandLine.arguments) { argv in
+            withCStrings(environment) { envp in
+                dbxfs_spawn_session(&pid, "/proc/self/exe", argv, envp, fds[0])
+            }
         }
-        if pid == 0 {
-            close(fds[0])
-            setsid()
-            return Reporter(fd: fds[1])
+        if result != 0 {
+            printError("cannot start the mount daemon: \(String(cString: strerror(result)))")
+            exit(1)
         }
         close(fds[1])
         var message: [UInt8] = []
@@ -92,4 +108,11 @@ enum Daemon {
         }
         if null > 2 { close(null) }
     }
+}
+
+/// `body` gets `strings` as a NULL-terminated C array (argv, envp), valid during the call.
+private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    let pointers = strings.map { strdup($0) } + [nil]
+    defer { for pointer in pointers { free(pointer) } }
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
 }
