@@ -108,6 +108,40 @@ import Testing
         #expect(w.vfs.writeBack!.status().conflicts.isEmpty)
     }
 
+    /// An unlink racing the release of a writer the kernel served (FUSE's release comes after
+    /// close(2) returned, whenever the kernel sends it): the engine forgets the file's bytes
+    /// (deleting its staging file changes the file's ctime), and a release that journals "what
+    /// the kernel wrote since the last close" in between must not bring the file back as a new
+    /// upload (the clean-clone-style run of test_processes_racing_renames_and_uploads[12] on
+    /// 7ba0846 found a file unlinked right after its write on Dropbox, and on the mount).
+    @Test func anUnlinkRacingTheReleaseOfAKernelServedWriterDoesNotBringTheFileBack() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote) { $0.passthroughWrites = true }
+        let engine = try #require(w.vfs.writeBack)
+        var names: [String] = []
+        for round in 0..<600 {
+            let name = "gone\(round).bin"
+            names.append(name)
+            let (entry, opened) = try w.vfs.create(parent: rootInode, name: name, flags: [.write, .truncate])
+            let ino = entry.attributes.ino
+            let backing = try #require(opened.backingFile)
+            w.vfs.servedByKernel(ino, handle: opened.handle)
+            // The kernel's write, then close(2)'s flush journals it.
+            try Data(testBytes(1000, seed: UInt64(round))).write(to: URL(fileURLWithPath: backing))
+            try w.vfs.flush(ino, handle: opened.handle)
+            // rm, while the release is still on its way.
+            let released = DispatchSemaphore(value: 0)
+            let vfs = w.vfs, handle = opened.handle
+            DispatchQueue.global().async { vfs.release(ino, handle: handle); released.signal() }
+            try w.vfs.unlink(parent: rootInode, name: name)
+            released.wait()
+        }
+        w.sync()
+        let left = names.filter { remote.content("/" + $0) != nil }
+        #expect(left.isEmpty, "unlinked files on Dropbox after sync: \(left)")
+        #expect(engine.status().pendingFiles == 0)
+    }
+
     @Test func createWriteCloseIsReadableAtOnceAndUploaded() throws {
         let remote = InMemoryRemote()
         let w = try Writable(remote)

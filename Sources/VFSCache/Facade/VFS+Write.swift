@@ -550,13 +550,23 @@ extension VFS {
         let change = metadata.beginLocalChange()
         var changed: [String] = []
         defer { metadata.endLocalChange(change, changed: changed) }
-        try writeBack.journalUnlink(path: path, rev: { metadata.node(node.ino)?.file?.rev }) { operations in
-            metadata.addPendingOperations(operations, paths: [path])
-            if let file = localFiles.existing(node.ino) {
-                file.withLock { file.unlinked = true; file.writing = false }
+        // Marked before the engine forgets the file's bytes: a close or a release journaling
+        // meanwhile (FUSE's release comes whenever the kernel sends it) must not queue them again
+        // as a new upload, which would bring the file back on Dropbox.
+        let file = localFiles.existing(node.ino)
+        file?.withLock { file!.unlinked = true }
+        do throws(Errno) {
+            try writeBack.journalUnlink(path: path, rev: { metadata.node(node.ino)?.file?.rev }) { operations in
+                metadata.addPendingOperations(operations, paths: [path])
+                file?.withLock { file!.writing = false }
+                dropBlocks(of: metadata.remove(node.ino))
+                changed = [path]
             }
-            dropBlocks(of: metadata.remove(node.ino))
-            changed = [path]
+        } catch {
+            // Still there: what a close skipped meanwhile is journaled now.
+            file?.withLock { file!.unlinked = false }
+            if let file, file.withLock({ file.writing }) { try? journalFile(file) }
+            throw error
         }
         localFiles.dropIfIdle(node.ino)
     }
