@@ -47,8 +47,14 @@ enum Daemon {
     /// In the command: starts the daemon and never returns (it exits with the daemon's verdict).
     /// In the daemon (started so): returns its reporter.
     static func detach() -> Reporter {
-        if let text = getenv(reportVariable).map({ String(cString: $0) }), let fd = Int32(text), fd > 2 {
+        if let text = getenv(reportVariable).map({ String(cString: $0) }) {
+            // Started as the daemon: never start another one, whatever the value (a daemon that
+            // took a bad value for "not started so" would start itself again, without end).
             unsetenv(reportVariable)
+            guard let fd = Int32(text), fd > 2 else {
+                printError("\(reportVariable)=\(text) is not a pipe from dbxfs; unset it and mount again")
+                exit(1)
+            }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)   // not for what the daemon runs (fusermount3)
             return Reporter(fd: fd)
         }
@@ -56,6 +62,17 @@ enum Daemon {
         guard pipe(&fds) == 0 else {
             printError("cannot create a pipe: \(String(cString: strerror(errno)))")
             exit(1)
+        }
+        // Started with stdin or stdout closed, the pipe may take fd 0-2, which the daemon's
+        // standard streams would reuse: its end goes above them.
+        if fds[1] <= 2 {
+            let moved = fcntl(fds[1], F_DUPFD, 3)
+            if moved < 0 {
+                printError("cannot create a pipe: \(String(cString: strerror(errno)))")
+                exit(1)
+            }
+            close(fds[1])
+            fds[1] = moved
         }
         let environment = ProcessInfo.processInfo.environment.filter { $0.key != reportVariable }
             .map { "\($0.key)=\($0.value)" } + ["\(reportVariable)=\(fds[1])"]
