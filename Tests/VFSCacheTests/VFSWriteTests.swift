@@ -82,6 +82,57 @@ import Testing
         #expect(engine.status().conflicts.isEmpty)
     }
 
+    /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
+    /// tree still shows our version until the facade handles the event. A writer that opens in
+    /// between waits for it and then writes on the version the path now has (theirs), as if it
+    /// had opened just after: no EIO from filling our size out of their bytes, and no second
+    /// conflicted copy of our own bytes.
+    @Test func aWriteOpenedBeforeAConflictIsShownWritesOnTheOtherVersion() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1100, seed: 21)
+        remote.externalWrite("/f.bin", old)
+        let w = try Writable(remote)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
+        let engine = try #require(w.vfs.writeBack)
+        let gate = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { gate.wait() }
+        var released = false
+        defer { if !released { gate.signal() } }
+        // Our version (old + 100 bytes) meets theirs on Dropbox: committed as a conflicted copy.
+        let first = try w.vfs.open(ino, flags: [.write, .append])
+        let added = testBytes(100, seed: 22)
+        try write(w.vfs, ino, first.handle, at: 1100, added)
+        let theirs = testBytes(900, seed: 23)
+        remote.externalWrite("/f.bin", theirs)
+        try close(w.vfs, ino, first.handle)
+        #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        // An append in the window; the event is let through while it waits.
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Mutex<String>("not run")
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            defer { done.signal() }
+            do {
+                let second = try vfs.open(ino, flags: [.write, .append])
+                try write(vfs, ino, second.handle, at: 0, Array("!".utf8))
+                try close(vfs, ino, second.handle)
+                outcome.withLock { $0 = "ok" }
+            } catch { outcome.withLock { $0 = "\(error)" } }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        gate.signal(); released = true
+        #expect(done.wait(timeout: .now() + 20) == .success)
+        #expect(outcome.withLock { $0 } == "ok")
+        w.sync()
+        // Sizes first, so a failure prints something readable: 901 (theirs + "!"), 1200 (ours).
+        #expect(remote.content("/f.bin")?.count == 901)
+        #expect(remote.content("/f.bin") == theirs + Array("!".utf8), "the path holds theirs and the append")
+        let copies = remote.allPaths().filter { $0.hasPrefix("/f (conflicted copy ") }
+        #expect(copies.map { remote.content($0)?.count ?? -1 } == [1200])
+        #expect(copies.first.flatMap { remote.content($0) } == old + added, "the one copy holds ours")
+        #expect(try w.vfs.readAll(ino) == theirs + Array("!".utf8), "the mount shows the path as on Dropbox")
+    }
+
     /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
     /// of ours still had it open: a later edit through the mount starts from their version, not
     /// from our old bytes that the open reader kept alive (that would overwrite their change).

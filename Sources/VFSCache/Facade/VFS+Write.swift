@@ -259,6 +259,16 @@ extension VFS {
     private func prepareWrite(_ file: LocalFile, path: String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
         if file.writing, let staging = file.staging { return staging }
         let writeBack = try requireWriteBack()
+        if writeBack.hasConflictNotShown(path: path) {
+            // Our last bytes just became a conflicted copy and the tree does not show it yet:
+            // wait for the event's handler, which needs this file's lock (the one place the lock
+            // is let go inside `withLock`), then start from the version the path shows.
+            file.lock.unlock()
+            writeBack.waitUntilConflictShown(path: path)
+            file.lock.lock()
+            if file.writing, let staging = file.staging { return staging }
+            if file.unlinked { throw .noEntry }
+        }
         guard let node = metadata.node(file.ino), let meta = node.file else { throw .noEntry }
         let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         // Bytes the engine already holds for this path (pending upload, resumed after a restart)
@@ -812,7 +822,7 @@ extension VFS {
             // (an open for writing before this found it still there; StagingRetention.swift).
             writeBack?.commitShown(path: path, generation: generation)
             adoptCommittedBytes(generation: generation, entry: entry, ino: ino)
-        case .conflicted(let path, let copyPath, _, let entry):
+        case .conflicted(let path, let copyPath, let generation, let entry):
             logger.warning("conflict: \(path) was changed elsewhere; ours is kept as \(copyPath)")
             let ino = metadata.locked { $0.resolve(path: path) }
             if let ino, let file = localFiles.existing(ino) {
@@ -827,6 +837,8 @@ extension VFS {
             }
             metadata.recordLocalChange([path, copyPath])
             dropBlocks(of: metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath))
+            // Writers that opened in between waited for this (prepareWrite): theirs is shown now.
+            writeBack?.conflictShown(path: path, generation: generation)
         case .failed:
             break   // the engine logs it; flush, fsync and sync report it
         case .namespaceSettled(let sequence, let refresh, _):

@@ -59,6 +59,35 @@ extension WriteBackEngine {
         _ = letGoIfUnused(key, dirty)
     }
 
+    /// The facade's tree shows the conflict of `generation` of `path` (the path shows the other
+    /// version, ours is the conflicted copy): writers waiting in `waitUntilConflictShown` go on.
+    public func conflictShown(path: String, generation: UInt64) {
+        condition.lock(); defer { condition.unlock() }
+        let key = Self.key(path)
+        guard conflictsNotShown[key] == generation else { return }
+        conflictsNotShown[key] = nil
+        condition.broadcast()
+    }
+
+    /// Waits (up to `timeout`) until the facade shows a conflict the engine committed at `path`
+    /// as a conflicted copy. After such a commit the engine no longer holds the path's bytes,
+    /// while the tree still shows our version: a writer that began in between would fill its
+    /// staging file from our old bytes or the old rev, and make a second conflicted copy or an EIO.
+    /// Returns at once if there is none (the usual case). Call without the facade's file lock:
+    /// the event's handler takes it.
+    public func waitUntilConflictShown(path: String, timeout: TimeInterval = 10) {
+        let key = Self.key(path)
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock(); defer { condition.unlock() }
+        while conflictsNotShown[key] != nil, !stopped, condition.wait(until: deadline) {}
+    }
+
+    /// True while a conflict at `path` waits for the facade to show it (see above).
+    public func hasConflictNotShown(path: String) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        return conflictsNotShown[Self.key(path)] != nil
+    }
+
     /// True if `path` has bytes the commits shown so far do not account for: a writer, a close
     /// not on Dropbox yet, or a staging file the kernel still serves. A staging file kept only
     /// until the facade shows its commit does not count (the facade asks while showing it).

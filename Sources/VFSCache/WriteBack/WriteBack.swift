@@ -61,6 +61,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Per path key, the revs our own commits moved a base to, so a facade whose metadata has not
     /// yet caught up with a commit event doesn't conflict with our own upload.
     var revisionsAfterCommit: [String: [(from: WriteBase, to: String)]] = [:]
+    /// Path keys whose bytes were just committed as a conflicted copy, until the facade shows it
+    /// (`conflictShown`, StagingRetention.swift), with the generation committed.
+    var conflictsNotShown: [String: UInt64] = [:]
     /// Namespace operations not done on Dropbox yet, oldest first (NamespaceQueue.swift), and the
     /// path keys they touch (uploads there wait for them).
     var namespaceOperations: [NamespaceOperation] = []

@@ -217,6 +217,8 @@ extension WriteBackEngine {
                     } else {
                         files[job.key] = nil
                         stagingArea.remove(name: record.staging)
+                        // A writer must not start from our bytes before the tree shows theirs.
+                        conflictsNotShown[job.key] = job.record.generation
                     }
                     retryFailedClosesSoon()
                 } catch {
@@ -381,7 +383,11 @@ extension WriteBackEngine {
         eventQueue.async { [self] in
             onEvent(event)
             // A handler that did not say so itself (an engine without a facade) has shown it now.
-            if case .committed(let path, let generation, _) = event { commitShown(path: path, generation: generation) }
+            switch event {
+            case .committed(let path, let generation, _): commitShown(path: path, generation: generation)
+            case .conflicted(let path, _, let generation, _): conflictShown(path: path, generation: generation)
+            default: break
+            }
         }
     }
 }
