@@ -66,6 +66,31 @@ struct ConnectionWarmerTests {
         #expect(download.connectionsOpened == 0, "the download opened \(download.connectionsOpened) connection(s)")
     }
 
+    /// A mount's start-up check runs alongside the warm-ups it starts, so it does not wait for
+    /// one (that would cost a round trip more than its own connection): it opens its own, and
+    /// the warm-up still brings its connection (the first listing's after the mount).
+    @Test func aClientThatDoesNotWaitForWarmUpsOpensItsOwnConnection() throws {
+        let emulator = try Emulator(["--latency-ms", "150", "--handshake-round-trips", "2"])
+        defer { emulator.stop() }
+        let observer = RecordingObserver()
+        let waiting = try client(emulator, observer: observer)
+        var configuration = waiting.configuration
+        configuration.waitsForWarmUps = false
+        let check = waiting.sharingConnections(configuration: configuration, tokens: TokenProvider(accessToken: emulator.token))
+        let warmer = ConnectionWarmer(client: waiting)
+        let api = try #require(warmer.urls.first)
+        let warmed = DispatchSemaphore(value: 0)
+        Thread { warmer.warmNow(api); warmed.signal() }.start()
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while waiting.transport.warmUpsInFlight(of: api) == 0 && Date() < deadline { usleep(1000) }
+        #expect(waiting.transport.warmUpsInFlight(of: api) == 1)
+        _ = try check.listFolder(path: "")
+        warmed.wait()
+        let listing = try #require(observer.attempts.withLock { $0.first { $0.route == "files/list_folder" } })
+        #expect(listing.connectionsOpened == 1, "the check opened \(listing.connectionsOpened) connection(s): it waited for the warm-up")
+        #expect(waiting.transport.idleConnections(to: api) == 2)
+    }
+
     /// At start, connections are opened until each host has two, counting those already open: a
     /// mount's account check left one to the api host, so one more there and two to content.
     @Test func startOpensTwoConnectionsToEachHostCountingOpenOnes() throws {

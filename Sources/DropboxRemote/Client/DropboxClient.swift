@@ -192,8 +192,9 @@ extension DropboxClient {
             if let range { headers.append("Range: bytes=\(range.start)-\(range.end.map(String.init) ?? "")") }
             requestBody = .empty
         }
-        let request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout,
+        var request = HTTPRequest(url: "\(base)/2/\(route.name)", headers: headers, body: requestBody, totalTimeout: totalTimeout,
                                   connectTimeout: configuration.connectTimeout)
+        request.waitsForWarmUp = configuration.waitsForWarmUps
         let response: HTTPResponse
         switch transport.perform(request, sink: sink, cancel: cancel, onSent: onSent, onReceived: onReceived,
                                  onResponseStart: onResponseStart, traffic: traffic) {

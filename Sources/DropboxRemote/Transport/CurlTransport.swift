@@ -34,6 +34,8 @@ struct HTTPRequest {
     var connectTimeout: Int?
     /// On a handle with no connection to the URL's host: a warm-up that opens one more.
     var freshConnection = false
+    /// With no idle connection to the host, wait for a warm-up in flight (`ClientConfiguration.waitsForWarmUps`).
+    var waitsForWarmUp = true
 
     init(url: String, headers: [String], body: UploadBody?, totalTimeout: Int? = nil, method: Method = .post,
          connectTimeout: Int? = nil, freshConnection: Bool = false) {
@@ -92,7 +94,8 @@ final class CurlTransport: Sendable {
         let isWarmUp = request.method == .options
         if isWarmUp { pool.beginWarmUp(origin) }
         // A warm-up never waits for another: the second one at a mount's start opens a second connection.
-        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: isWarmUp ? nil : Date(timeIntervalSinceNow: Self.warmUpWait),
+        let waitsForWarmUp = !isWarmUp && request.waitsForWarmUp
+        var (handle, origins) = pool.checkout(for: origin, waitingForWarmUpUntil: waitsForWarmUp ? Date(timeIntervalSinceNow: Self.warmUpWait) : nil,
                                               fresh: request.freshConnection)
         defer {
             origins.insert(origin)

@@ -60,6 +60,12 @@ public struct ClientConfiguration: Sendable {
     public var adaptivePacing = true
     /// Told of every retry, final failure and success (RequestObserver.swift); nil: nobody.
     public var observer: (any RequestObserver)?
+    /// A call with no idle connection to its host waits (a few seconds at most) for a warm-up of
+    /// that host in flight rather than open its own (HandlePool.swift). Off for a mount's start-up
+    /// check, which runs alongside the warm-ups started with it: waiting for one (three round
+    /// trips: TCP, TLS, its request) and then sending would take a round trip more than its own
+    /// connection.
+    public var waitsForWarmUps = true
 
     public static let version = "0.1.0"
 

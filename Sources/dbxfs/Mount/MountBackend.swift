@@ -75,27 +75,32 @@ struct MountBackend: CustomStringConvertible {
 
         // The start-up check fails fast (two attempts, short connect timeout) so a wrong URL or a
         // dead network gives its one line within seconds rather than after the full retry budget.
-        let checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
+        var checkConfiguration = ClientConfiguration(endpoints: endpoints, extraCAFile: options.caFile, connectTimeout: 5,
                                                      retryPolicy: RetryPolicy(maxAttempts: 2))
+        checkConfiguration.waitsForWarmUps = false   // it runs alongside the warm-ups (below)
         let checker = DropboxClient(configuration: checkConfiguration, tokens: credentials.tokens)
-        // The mount's clients share the check's connections, and once the account is checked,
-        // connections to the api and the content host are opened and kept while the mount is in
-        // use: the first listing and the first download pay one round trip, not three
-        // (ConnectionWarmer.swift). Token-less, never retried; a failure is a debug line.
+        // The mount's clients share the check's connections, and connections to the api and the
+        // content host are opened and kept while the mount is in use: the first listing and the
+        // first download pay one round trip, not three (ConnectionWarmer.swift). Opened alongside
+        // the account check, not after it: a warm-up takes three round trips (TCP, TLS, its
+        // request), the checks before the mount serves only two, and the first lookup, while
+        // the whole-tree listing holds the check's connection, waited for the rest (at 50 ms,
+        // 100 ms of a cold `stat`'s 350). Token-less, never retried; a failure is a debug line.
         let warmer = ConnectionWarmer(client: checker) { url, error in
             logger.debug("opening a connection ahead of need (\(url)) failed: \(error)")
         }
         var warmerHandedOver = false
         defer { if !warmerHandedOver { warmer.stop() } }
+        warmer.start()
         var account: OfflineStart.SavedAccount
         // Offline start (issue 7): Dropbox unreachable, but an earlier mount saved a tree to serve.
         var offlineAt: (cacheDirectory: URL, reason: String)?
         do {
             let full = try checker.currentAccount()
-            warmer.start()
             account = OfflineStart.SavedAccount(email: full.email, displayName: full.name.displayName, accountID: full.accountID,
                                                 pathRootNamespace: teamRoot(full.rootInfo, options: options, logger: logger))
         } catch {
+            warmer.stop()   // nothing to keep warm: offline, or about to fail
             let message = startupMessage(error, server: serverName, fix: credentials.fixHint)
             guard OfflineStart.isUnreachable(error), let saved = OfflineStart.find(options: options, profile: credentials.profile) else {
                 throw Failure(description: message)
