@@ -347,22 +347,70 @@ import Testing
         #expect(size == 5)
         #expect(!vfs.metadata.holdsWholeTree)
     }
+
+    /// While a folder someone waits for is listed on its own, the whole-tree listing (a prefetch)
+    /// sends no next page: at 20 ms a page served meanwhile made one level of a cold `stat` take
+    /// 2–3 round trips (the emulator serves one request at a time; dbxfs applied the page under
+    /// the lock the lookup needs). Nor in the moment between one level's listing and the next.
+    @Test func theWholeTreeListingHoldsItsNextPageWhileAFolderIsListedOnItsOwn() throws {
+        let inner = InMemoryRemote()
+        // A path seven folders deep, and 400 files the whole-tree listing pages through (10 per page).
+        inner.externalWrite("/a/b/c/d/e/f/g/leaf.txt", "found")
+        for folder in 0..<20 { for file in 0..<20 { inner.externalWrite("/bulk\(folder)/f\(file)", "x") } }
+        let remote = HeldRecursiveListing(inner, released: true, listingDelay: 0.01)
+        let vfs = try makeVFS(remote) {
+            $0.listPageSize = 10
+            $0.eagerListingsWhilePrefetching = VFSConfig().eagerListingsWhilePrefetching
+        }
+        #expect(try vfs.getattr(try vfs.resolve("/a/b/c/d/e/f/g/leaf.txt")).0.size == 5)
+        #expect(eventually(timeout: 20) { vfs.metadata.holdsWholeTree })
+        let listings = remote.listings
+        let own = listings.filter { $0.kind == .ownFolder }
+        #expect(own.count == 8, "root and seven folders, each listed on its own")
+        let pagesDuringOwn = listings.filter { page in
+            page.kind == .nextPage && own.contains { page.start > $0.start && page.start < $0.end }
+        }
+        #expect(pagesDuringOwn.isEmpty, "\(pagesDuringOwn.count) next pages of the whole tree started while a folder was listed on its own")
+        // Held only while folders are listed: the whole tree (41 pages) still comes in.
+        #expect(listings.filter { $0.kind == .nextPage }.count >= 40)
+    }
 }
 
-/// Holds the recursive (whole-tree) listing until `release`; everything else passes through.
+/// Holds the recursive (whole-tree) listing until `release` (unless made released); everything
+/// else passes through. Listings can be slowed down (`listingDelay`), and each is recorded with
+/// when it ran (`listings`).
 final class HeldRecursiveListing: RemoteStore, @unchecked Sendable {
-    // @unchecked: `released` is only touched with `gate` locked; `base` is itself thread-safe.
+    // @unchecked: `released` and `recorded` are only touched with `gate` locked; `base` is itself thread-safe.
     let base: InMemoryRemote
+    let listingDelay: TimeInterval
     private let gate = NSCondition()
-    private var released = false
-    init(_ base: InMemoryRemote) { self.base = base }
+    private var released: Bool
+    /// A listing call: a first page of one folder on its own, or of the whole tree, or a next page.
+    enum Listing { case ownFolder, wholeTree, nextPage }
+    private var recorded: [(kind: Listing, start: Date, end: Date)] = []
+    init(_ base: InMemoryRemote, released: Bool = false, listingDelay: TimeInterval = 0) {
+        self.base = base
+        self.released = released
+        self.listingDelay = listingDelay
+    }
     func release() { gate.lock(); released = true; gate.broadcast(); gate.unlock() }
+    var listings: [(kind: Listing, start: Date, end: Date)] { gate.lock(); defer { gate.unlock() }; return recorded }
+    private func recording<T>(_ kind: Listing, _ body: () throws(RemoteError) -> T) throws(RemoteError) -> T {
+        let start = Date()
+        if listingDelay > 0 { Thread.sleep(forTimeInterval: listingDelay) }
+        defer { gate.lock(); recorded.append((kind, start, Date())); gate.unlock() }
+        return try body()
+    }
     func metadata(path: String) throws(RemoteError) -> RemoteEntry? { try base.metadata(path: path) }
     func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
         if recursive { gate.lock(); while !released { gate.wait() }; gate.unlock() }
-        return try base.listFolder(path: path, recursive: recursive, limit: limit)
+        return try recording(recursive ? .wholeTree : .ownFolder) { () throws(RemoteError) in
+            try base.listFolder(path: path, recursive: recursive, limit: limit)
+        }
     }
-    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage { try base.listFolderContinue(cursor: cursor) }
+    func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
+        try recording(.nextPage) { () throws(RemoteError) in try base.listFolderContinue(cursor: cursor) }
+    }
     func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String { try base.latestCursor(path: path, recursive: recursive) }
     func longpoll(cursor: String, timeout: Int) throws(RemoteError) -> (changes: Bool, backoff: Int?) { try base.longpoll(cursor: cursor, timeout: timeout) }
     func download(path: String, rev: String?, range: Range<UInt64>?, sink: (UnsafeRawBufferPointer) -> Bool) throws(RemoteError) {
