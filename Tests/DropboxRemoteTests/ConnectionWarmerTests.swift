@@ -91,6 +91,25 @@ struct ConnectionWarmerTests {
         #expect(waiting.transport.idleConnections(to: api) == 2)
     }
 
+    /// The warm-ups of a start run at once, each on a connection of its own: on two cores
+    /// Dispatch's global queue ran two at a time, so the content host's waited for the api
+    /// host's (three round trips), and then took the api host's warm handles for three more,
+    /// while the mount's first lookups opened new connections (a bench trace at 50 ms).
+    @Test func startWarmsEveryHostAtOnceWithoutTakingAnotherHostsConnection() throws {
+        let emulator = try Emulator(["--latency-ms", "150", "--handshake-round-trips", "2"])
+        defer { emulator.stop() }
+        let client = try client(emulator, observer: RecordingObserver())
+        _ = try client.listFolder(path: "")   // an idle connection to the api host
+        let warmer = ConnectionWarmer(client: client)
+        let (api, content) = (try #require(warmer.urls.first), try #require(warmer.urls.last))
+        warmer.start()
+        defer { warmer.stop() }
+        Thread.sleep(forTimeInterval: 0.15)   // well inside the warm-ups' 450 ms
+        #expect(client.transport.warmUpsInFlight(of: api) == 1)
+        #expect(client.transport.warmUpsInFlight(of: content) == 2)
+        #expect(client.transport.idleConnections(to: api) == 1, "a warm-up took the api host's idle connection")
+    }
+
     /// At start, connections are opened until each host has two, counting those already open: a
     /// mount's account check left one to the api host, so one more there and two to content.
     @Test func startOpensTwoConnectionsToEachHostCountingOpenOnes() throws {

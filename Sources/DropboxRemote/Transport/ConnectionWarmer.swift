@@ -13,7 +13,7 @@
 /// handed to `onFailure` (the mount logs it at debug level): the calls that follow report a real
 /// problem themselves.
 ///
-/// Threads: none of its own. The timer and the warm-ups run on Dispatch's global queue, at most
+/// Threads: a short-lived one per warm-up (the timer runs on Dispatch's global queue), at most
 /// `connectionsAtStart` warm-ups per host at a time. `stop()` cancels the timer and any warm-up
 /// in flight (libcurl checks the cancel at least once a second) and waits for them, so no
 /// request outlives it.
@@ -136,10 +136,14 @@ public final class ConnectionWarmer: Sendable {
             return true
         }
         guard claimed else { return }
-        DispatchQueue.global(qos: .utility).async { [self] in
+        // A thread of its own, not Dispatch's global queue: that runs blocking work only as wide
+        // as the cores, and on two the content host's warm-ups waited for the api host's.
+        let thread = Thread { [self] in
             warmNow(url, fresh: fresh)
             state.withLock { _ = $0.inFlight.remove(key) }
             running.leave()
         }
+        thread.name = "dbxfs-warm-up"
+        thread.start()
     }
 }

@@ -45,8 +45,9 @@ final class HandlePool: @unchecked Sendable {
 
     /// The newest idle handle with a connection to `origin`; else, until `deadline`, the one a
     /// warm-up of `origin` in flight brings back; else the newest idle handle, else a new one.
-    /// With the origins it has connections to. `fresh`: the newest idle handle with no connection
-    /// to `origin`, else a new one (a warm-up that opens one more connection).
+    /// With the origins it has connections to. `fresh`: a new handle (a warm-up that opens one
+    /// more connection; an idle handle would be busy for the warm-up's three round trips, and a
+    /// call that needed its connection would open its own meanwhile).
     func checkout(for origin: String, waitingForWarmUpUntil deadline: Date?, fresh: Bool = false) -> (CurlPointer, Set<String>) {
         condition.lock()
         var found: IdleHandle?
@@ -62,7 +63,6 @@ final class HandlePool: @unchecked Sendable {
             waiting[origin, default: 1] -= 1
             if waiting[origin] == 0 { waiting[origin] = nil }
         }
-        if fresh, let index = idle.lastIndex(where: { !$0.origins.contains(origin) }) { found = idle.remove(at: index) }
         condition.unlock()
         if let found { return (found.pointer, found.origins) }
         guard let raw = curl_easy_init() else { fatalError("curl_easy_init failed (out of memory)") }
