@@ -319,7 +319,9 @@ import Testing
         // Root, a, a/b1: three folders, each answered by one listing of its own.
         let leaf = try vfs.resolve("/a/b1/f3")
         #expect(try vfs.getattr(leaf).0.size == 1)
-        #expect(inner.calls("listFolder") == 3)          // three folders (the recursive one is still held)
+        // Three folders (the recursive one is still held), and f3 listed ahead of its lookup
+        // (in case it was a folder: refused, a file; in the background, so maybe not yet).
+        #expect(eventually { inner.calls("listFolder") == 4 })
         #expect(!vfs.metadata.holdsWholeTree)
         remote.release()
         #expect(eventually { vfs.metadata.holdsWholeTree })
@@ -348,6 +350,34 @@ import Testing
         #expect(!vfs.metadata.holdsWholeTree)
     }
 
+    /// A cold `stat` deep down: a lookup that lists its folder also lists the name it looks up,
+    /// at the same time, so the lookup of the next name answers at once from that listing: four
+    /// rounds of listings for the seven folders of /a/b/c/d/e/f, not seven (the kernel asks one
+    /// name at a time, so each level waited for its own round trip).
+    @Test func aColdLookupAlsoListsTheNameItLooksUpSoTheNextLevelAnswersAtOnce() throws {
+        let inner = InMemoryRemote()
+        inner.externalWrite("/a/b/c/d/e/f/leaf.txt", "found")
+        let remote = HeldRecursiveListing(inner, listingDelay: 0.05)   // the whole tree held back
+        defer { remote.release() }
+        let vfs = try makeVFS(remote) { $0.eagerListingsWhilePrefetching = VFSConfig().eagerListingsWhilePrefetching }
+        #expect(try vfs.getattr(try vfs.resolve("/a/b/c/d/e/f/leaf.txt")).0.size == 5)
+        // root, b, d, f for their lookups; a, c, e ahead of theirs, and leaf.txt (a file: refused;
+        // in the background, so it may still be under way).
+        #expect(eventually { remote.listings.filter { $0.kind == .ownFolder }.count == 8 })
+        let folders = remote.listings.filter { $0.kind == .ownFolder }.sorted { $0.start < $1.start }
+        // A round: listings that started before every earlier one had ended.
+        var rounds = 0
+        var roundEnd = Date.distantPast
+        for listing in folders {
+            if listing.start >= roundEnd { rounds += 1; roundEnd = listing.end } else { roundEnd = max(roundEnd, listing.end) }
+        }
+        #expect(rounds == 4, "\(folders.count) folder listings in \(rounds) rounds")
+        // The next lookups there answer from what was listed: no call.
+        let before = remote.listings.count
+        #expect(try vfs.list(try vfs.resolve("/a/b/c")).map(\.name).sorted() == [".", "..", "d"])
+        #expect(remote.listings.count == before)
+    }
+
     /// While a folder someone waits for is listed on its own, the whole-tree listing (a prefetch)
     /// sends no next page: at 20 ms a page served meanwhile made one level of a cold `stat` take
     /// 2–3 round trips (the emulator serves one request at a time; dbxfs applied the page under
@@ -356,7 +386,9 @@ import Testing
         let inner = InMemoryRemote()
         // A path seven folders deep, and 400 files the whole-tree listing pages through (10 per page).
         inner.externalWrite("/a/b/c/d/e/f/g/leaf.txt", "found")
-        for folder in 0..<20 { for file in 0..<20 { inner.externalWrite("/bulk\(folder)/f\(file)", "x") } }
+        // (Under one folder, so every folder the lookups list fits in one page: each next page
+        // is the whole tree's.)
+        for folder in 0..<20 { for file in 0..<20 { inner.externalWrite("/bulk/b\(folder)/f\(file)", "x") } }
         let remote = HeldRecursiveListing(inner, released: true, listingDelay: 0.01)
         let vfs = try makeVFS(remote) {
             $0.listPageSize = 10
@@ -370,8 +402,10 @@ import Testing
         let pagesDuringOwn = listings.filter { page in
             page.kind == .nextPage && own.contains { page.start > $0.start && page.start < $0.end }
         }
-        #expect(pagesDuringOwn.isEmpty, "\(pagesDuringOwn.count) next pages of the whole tree started while a folder was listed on its own")
-        // Held only while folders are listed: the whole tree (41 pages) still comes in.
+        let t0 = listings.map(\.start).min() ?? Date()
+        let timeline = listings.sorted { $0.start < $1.start }.map { "\($0.kind) \(Int($0.start.timeIntervalSince(t0) * 1000))-\(Int($0.end.timeIntervalSince(t0) * 1000))" }
+        #expect(pagesDuringOwn.isEmpty, "\(pagesDuringOwn.count) next pages of the whole tree started while a folder was listed on its own: \(timeline.prefix(20))")
+        // Held only while folders are listed: the whole tree (43 pages) still comes in.
         #expect(listings.filter { $0.kind == .nextPage }.count >= 40)
     }
 }

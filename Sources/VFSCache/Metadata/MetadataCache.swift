@@ -65,6 +65,8 @@ final class MetadataCache: @unchecked Sendable {
     /// Our case-only renames whose halfway steps the feed may still show (MetadataCache+CaseRenames.swift).
     var caseRenames: [PendingCaseRename] = []
     private let listings = SingleFlight<InodeNumber, Void>()
+    /// Folders listed ahead of their own lookup (`listAhead`), by path key.
+    private let aheadListings = SingleFlight<String, Void>()
 
     let remote: any RemoteStore
     let config: VFSConfig
@@ -107,7 +109,7 @@ final class MetadataCache: @unchecked Sendable {
     /// The child `name` of `parent`, with one more lookup reference. Throws ENOENT when absent.
     func lookup(parent: InodeNumber, name: String) throws(Errno) -> Node {
         guard name.utf8.count <= 255 else { throw .nameTooLong }
-        try ensureListed(parent)
+        try ensureListed(parent, lookingUp: name)
         switch try find(name, in: parent) {
         case .found(let node):
             return node
@@ -274,8 +276,10 @@ final class MetadataCache: @unchecked Sendable {
         return times.max()
     }
 
-    /// Makes sure `dir`'s listing is no older than `maxAge` (default `directoryTTL`).
-    func ensureListed(_ dir: InodeNumber, maxAge: Double? = nil) throws(Errno) {
+    /// Makes sure `dir`'s listing is no older than `maxAge` (default `directoryTTL`). `lookingUp`:
+    /// the name a lookup asks for in `dir` (a cold mount also lists that as a folder meanwhile,
+    /// `listAhead`).
+    func ensureListed(_ dir: InodeNumber, maxAge: Double? = nil, lookingUp name: String? = nil) throws(Errno) {
         let maxAge = maxAge ?? config.directoryTTL
         let deadline = Date(timeIntervalSinceNow: config.readTimeout)
         for attempt in 0..<3 {
@@ -291,6 +295,11 @@ final class MetadataCache: @unchecked Sendable {
             if localChanges.isPending(path) { lock.unlock(); return }
             let state = tree
             lock.unlock()
+            // Listed ahead of this lookup, and that listing still under way: its answer is this one.
+            if attempt < 2, aheadListings.isRunning(InodeTable.key(path)) {
+                _ = try? aheadListings.join(InodeTable.key(path), deadline: deadline)
+                continue
+            }
 
             do throws(Errno) {
                 switch state {
@@ -302,7 +311,10 @@ final class MetadataCache: @unchecked Sendable {
                             locked { _ in eagerListingsInFlight -= 1; lastEagerListingEnded = Date() }
                             lock.broadcast()
                         }
-                        try listings.run(dir, deadline: deadline) { () throws(Errno) in try listFolder(dir, path: path) }
+                        try listings.run(dir, deadline: deadline) { () throws(Errno) in
+                            if let name { listAhead(name, in: dir, path: path) }
+                            try listFolder(dir, path: path)
+                        }
                         return
                     }
                     _ = try listings.join(Self.wholeTree, deadline: deadline)
@@ -342,6 +354,64 @@ final class MetadataCache: @unchecked Sendable {
             eagerListingsInFlight += 1
             return true
         }
+    }
+
+    /// On a cold mount, a lookup of `name` in a folder listed on its own also lists `name` as a
+    /// folder, at the same time, in the background: the kernel resolves a path one name at a time,
+    /// so a `stat` five folders deep took five round trips, one listing per folder, and with this
+    /// the lookup of the next name is answered from that listing at once. Every other level so:
+    /// about half the round trips. It costs a call when the name is a file or missing (an error
+    /// answer), and it draws on the same allowance as the folder listings it pairs with
+    /// (`eagerListingsWhilePrefetching`), so a mount spends at most that many calls on it. Called
+    /// inside the parent's listing flight: the answer is applied once the parent's listing made
+    /// the node (its lookup then joins this flight rather than list again, `ensureListed`).
+    private func listAhead(_ name: String, in parent: InodeNumber, path parentPath: String) {
+        let childPath = parentPath + "/" + name
+        let key = InodeTable.key(childPath)
+        guard let claim = aheadListings.claim(key) else { return }
+        guard locked({ _ -> Bool in
+            guard eagerListings < config.eagerListingsWhilePrefetching else { return false }
+            eagerListings += 1
+            eagerListingsInFlight += 1   // the whole-tree listing gives way to it too
+            return true
+        }) else {
+            aheadListings.finish(claim, .success(()))
+            return
+        }
+        // A thread of its own: Dispatch runs blocking work only as wide as the cores.
+        let thread = Thread { [self] in
+            defer {
+                locked { _ in eagerListingsInFlight -= 1; lastEagerListingEnded = Date() }
+                lock.broadcast()
+            }
+            let started = clock.now()
+            let generation = locked { $0.newGeneration() }
+            let stamp = fetchStamp()
+            var changes: [RemoteChange] = []
+            do throws(RemoteError) {
+                var page = try remote.listFolder(path: childPath, recursive: false, limit: config.listPageSize)
+                changes += page.changes
+                while page.hasMore {
+                    page = try remote.listFolderContinue(cursor: page.cursor)
+                    changes += page.changes
+                }
+            } catch {
+                // A file, a missing name, a failure: the lookups go on as if nothing was asked.
+                if case .notFolder = error {} else if case .notFound = error {} else {
+                    log.debug("listing \(childPath) ahead of its lookup failed: \(error)")
+                }
+                aheadListings.finish(claim, .success(()))
+                return
+            }
+            _ = try? listings.join(parent)   // the parent's listing makes the node
+            let child = locked { table in table.resolve(path: childPath).flatMap { table[$0]?.isDirectory == true ? $0 : nil } }
+            if let child, (try? applyChildren(changes, of: child, generation: generation, since: stamp)) != nil {
+                _ = markListed(child, generation: generation, since: stamp, started: started)
+            }
+            aheadListings.finish(claim, .success(()))
+        }
+        thread.name = "dbxfs-list-ahead"
+        thread.start()
     }
 
     /// Makes sure the whole tree is held (or known to be too big): for the change watcher, whose
@@ -448,11 +518,17 @@ final class MetadataCache: @unchecked Sendable {
             }
             throw Self.listingErrno(error)
         }
+        if !markListed(dir, generation: generation, since: stamp, started: started) { throw Self.listingErrno(Self.localChurn) }
+    }
+
+    /// The end of a folder's listing: the children it no longer has are swept and the folder is
+    /// complete as of `started`. False if the mount changed too much meanwhile (ask again).
+    private func markListed(_ dir: InodeNumber, generation: UInt64, since stamp: LocalChangeLog.Stamp, started: Double) -> Bool {
         let done: Void? = applyingFetched(since: stamp) { changed in
             table.sweepChildren(of: dir, olderThan: generation, sparing: table.subtrees(changed))
             table.setListed(dir, at: started)
         }
-        if done == nil { throw Self.listingErrno(Self.localChurn) }
+        return done != nil
     }
 
     /// Waits (up to a second) while folders listed on their own are in flight, and for 30 ms
