@@ -106,10 +106,12 @@ class Emulator:
     # ----- lifecycle -----
     def start(self):
         os.makedirs(self.data_dir, exist_ok=True)
+        # "--name=value": a value starting with "-" (secrets.token_urlsafe makes one in 64)
+        # would otherwise be taken for an option.
         cmd = [sys.executable, EMULATOR, "--data", self.data_dir, "--port", str(self.port),
-               "--control-token", self.control_token]
+               "--control-token=" + self.control_token]
         if self.token:
-            cmd += ["--token", self.token]
+            cmd += ["--token=" + self.token]
         if self.tls:
             if self.ca_file is None:
                 cert_dir = tempfile.mkdtemp(prefix="emu-cert-")

@@ -170,7 +170,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):
         if self.server.verbose:
-            sys.stderr.write("%s - %s\n" % (self.address_string(), fmt % args))
+            # When the answer went out, to the millisecond: traces line these up with a client's.
+            stamp = time.strftime("%H:%M:%S", time.gmtime()) + ".%03d" % (time.time() * 1000 % 1000)
+            sys.stderr.write("%s %s - %s\n" % (stamp, self.address_string(), fmt % args))
 
     def do_GET(self):
         self.dispatch()
