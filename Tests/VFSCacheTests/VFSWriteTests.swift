@@ -133,6 +133,40 @@ import Testing
         #expect(try w.vfs.readAll(ino) == theirs + Array("!".utf8), "the mount shows the path as on Dropbox")
     }
 
+    /// A rename racing the first write after a close, from another thread (a program writing on
+    /// through a descriptor it keeps while another renames the file): the write lands in the file
+    /// under its new name, and nothing comes back under the old one.
+    @Test func aRenameRacingTheFirstWriteAfterACloseKeepsTheWriteAndTheNewName() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        var rounds: [(old: String, new: String, bytes: [UInt8])] = []
+        for round in 0..<300 {
+            let old = "before\(round).txt", new = "after\(round).txt"
+            let (entry, opened) = try w.vfs.create(parent: rootInode, name: old, flags: [.write, .truncate])
+            let ino = entry.attributes.ino
+            try write(w.vfs, ino, opened.handle, at: 0, Array("first".utf8))
+            try w.vfs.flush(ino, handle: opened.handle)   // journaled: the next write begins anew
+            let vfs = w.vfs, handle = opened.handle
+            let wrote = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var failure: Error?
+            DispatchQueue.global().async {
+                do { try self.write(vfs, ino, handle, at: 5, Array(" and more".utf8)) } catch { failure = error }
+                wrote.signal()
+            }
+            try w.vfs.rename(parent: rootInode, name: old, newParent: rootInode, newName: new, flags: [])
+            wrote.wait()
+            #expect(failure == nil)
+            try close(w.vfs, ino, handle)
+            rounds.append((old, new, Array("first and more".utf8)))
+        }
+        w.sync()
+        let back = rounds.filter { remote.content("/" + $0.old) != nil }.map(\.old)
+        let wrong = rounds.filter { remote.content("/" + $0.new) != $0.bytes }.map(\.new)
+        #expect(back.isEmpty, "old names back on Dropbox: \(back.prefix(10))")
+        #expect(wrong.isEmpty, "new names without the write: \(wrong.prefix(10)) \(wrong.prefix(3).map { remote.content("/" + $0).map { String(decoding: $0, as: UTF8.self) } ?? "nil" }) \(w.vfs.writeBack!.status().recentErrors.prefix(3))")
+        #expect(w.vfs.writeBack!.status().pendingFiles == 0, "\(w.vfs.writeBack!.status().uploads.prefix(4).map { "\($0.path) \($0.size) \($0.state) writing \($0.openForWriting)" })")
+    }
+
     /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
     /// of ours still had it open: a later edit through the mount starts from their version, not
     /// from our old bytes that the open reader kept alive (that would overwrite their change).

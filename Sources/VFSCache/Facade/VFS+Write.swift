@@ -107,10 +107,11 @@ extension VFS {
         if wantsWrite, flags.contains(.truncate) {
             do throws(Errno) {
                 try file.withLock { () throws(Errno) in
-                    let staging = try prepareWrite(file, path: path, keepBytes: 0)
+                    var current = path
+                    let staging = try prepareWrite(file, path: &current, keepBytes: 0)
                     try staging.truncate(to: 0)
                     file.restartSequence()
-                    writeBack.noteRewrite(path: path)
+                    writeBack.noteRewrite(path: current)
                 }
                 handle.noteWrite()
                 metadata.setLocal(ino, size: 0, modified: Date())
@@ -126,7 +127,8 @@ extension VFS {
            hasLocalBytes || flags.contains(.truncate) || meta.size == 0 || meta.rev.isEmpty || file.withLock({ file.staging != nil }) {
             do throws(Errno) {
                 backing = try file.withLock { () throws(Errno) -> StagingFile? in
-                    file.unlinked ? nil : try prepareWrite(file, path: path, keepBytes: nil)
+                    var current = path
+                    return file.unlinked ? nil : try prepareWrite(file, path: &current, keepBytes: nil)
                 }
             } catch {
                 file.withLock { file.writers -= 1 }
@@ -176,7 +178,8 @@ extension VFS {
             if !file.writing {
                 guard (try? staging.changeStamp()) != file.journaledStamp else { return false }
                 // Changed since the last journaled close: a new period of changes (beginWrite).
-                _ = try prepareWrite(file, path: path, keepBytes: nil)
+                var current = path
+                _ = try prepareWrite(file, path: &current, keepBytes: nil)
             }
             if let stamp = try? staging.changeStamp() { metadata.setLocal(file.ino, size: stamp.size, modified: stamp.modifiedDate) }
             return true
@@ -227,9 +230,9 @@ extension VFS {
                 guard let current = file.staging else { throw .badFile }
                 staging = current
             } else {
-                guard let current = metadata.path(of: ino) else { throw .noEntry }
+                guard var current = metadata.path(of: ino) else { throw .noEntry }
+                staging = try prepareWrite(file, path: &current, keepBytes: nil)
                 path = current
-                staging = try prepareWrite(file, path: current, keepBytes: nil)
             }
             let at = handle.append ? try staging.size() : offset
             // A disk filling up part way: a short write, as on a local disk (the writer's next
@@ -255,26 +258,50 @@ extension VFS {
 
     /// Before the first change since the last close (file lock held): `beginWrite`, and a new
     /// staging file gets the current content first (up to `keepBytes`; nil: all of it), from the
-    /// previous staging file if we have it, else from Dropbox.
-    private func prepareWrite(_ file: LocalFile, path: String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
+    /// previous staging file if we have it, else from Dropbox. `path` is the file's path in the
+    /// tree; if a rename moved the file meanwhile, it is set to the new one.
+    ///
+    /// Two waits let go of the file's lock (the only places that do so inside `withLock`), since
+    /// what they wait for needs it: the handler of a conflict event the tree does not show yet,
+    /// and a rename or unlink of the path under way, whose tree update may come after the
+    /// engine moved the path's bytes (a new file at the old name would take the write away from
+    /// them: `aRenameRacingTheFirstWriteAfterACloseKeepsTheWriteAndTheNewName`).
+    private func prepareWrite(_ file: LocalFile, path: inout String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
         if file.writing, let staging = file.staging { return staging }
         let writeBack = try requireWriteBack()
         if writeBack.hasConflictNotShown(path: path) {
-            // Our last bytes just became a conflicted copy and the tree does not show it yet:
-            // wait for the event's handler, which needs this file's lock (the one place the lock
-            // is let go inside `withLock`), then start from the version the path shows.
+            // Our last bytes just became a conflicted copy: start from the version the path shows.
             file.lock.unlock()
             writeBack.waitUntilConflictShown(path: path)
             file.lock.lock()
             if file.writing, let staging = file.staging { return staging }
             if file.unlinked { throw .noEntry }
         }
+        for attempt in 0..<3 {
+            do throws(Errno) {
+                return try beginWriteAndFill(file, path: path, keepBytes: keepBytes)
+            } catch .again where attempt < 2 {
+                file.lock.unlock()
+                writeBack.waitUntilNotHeld(path: path)
+                file.lock.lock()
+                if file.writing, let staging = file.staging { return staging }
+                if file.unlinked { throw .noEntry }
+                guard let current = metadata.path(of: file.ino) else { throw .noEntry }
+                path = current
+            }
+        }
+        throw .again
+    }
+
+    /// `prepareWrite` once the waits are done (file lock held).
+    private func beginWriteAndFill(_ file: LocalFile, path: String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
+        let writeBack = try requireWriteBack()
         guard let node = metadata.node(file.ino), let meta = node.file else { throw .noEntry }
         let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         // Bytes the engine already holds for this path (pending upload, resumed after a restart)
         // are the current content: never fill over them from the server.
         if file.staging == nil { file.staging = writeBack.stagingFile(path: path) }
-        let staging = try writeBack.beginWrite(path: path, base: base)
+        let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
         if staging !== file.staging {
             let wanted = min(keepBytes ?? .max, meta.size)
             // Our last staging file is the content only while the tree shows local bytes: once a
@@ -453,11 +480,12 @@ extension VFS {
         let file = handle?.file ?? localFiles.file(ino)
         if let size = changes.size {
             try file.withLock { () throws(Errno) in
-                let staging = try prepareWrite(file, path: path, keepBytes: size)
+                var current = path
+                let staging = try prepareWrite(file, path: &current, keepBytes: size)
                 try staging.truncate(to: size)
                 if let prefix = file.sequentialPrefix, size < prefix {
                     file.breakSequence()
-                    writeBack.noteRewrite(path: path)
+                    writeBack.noteRewrite(path: current)
                 }
                 if let mtime = changes.mtime { file.mtime = mtime } else { file.mtime = nil }
             }
@@ -474,7 +502,8 @@ extension VFS {
                 // client_modified travels with a commit: journal (again) with the new time.
                 try file.withLock { () throws(Errno) in
                     file.mtime = mtime
-                    if !file.writing { _ = try prepareWrite(file, path: path, keepBytes: nil) }
+                    var current = path
+                    if !file.writing { _ = try prepareWrite(file, path: &current, keepBytes: nil) }
                 }
                 metadata.setLocal(ino, size: (try? file.withLock { try file.staging?.size() } ?? meta.size) ?? meta.size, modified: mtime)
                 if file.withLock({ file.writers == 0 }) || handle == nil { try journalFile(file) }
@@ -506,10 +535,24 @@ extension VFS {
         let file = localFiles.file(node.ino)
         do throws(Errno) {
             try file.withLock { () throws(Errno) in
-                // Bytes still pending for this path from an earlier run (not shown yet) are the
-                // file's content: O_CREAT alone keeps them, O_TRUNC drops them.
-                let pending = writeBack.stagingFile(path: path)
-                let staging = try writeBack.beginWrite(path: path, base: .newFile)
+                var path = path
+                var began: (pending: StagingFile?, staging: StagingFile)?
+                for attempt in 0..<3 where began == nil {
+                    do throws(Errno) {
+                        // Bytes still pending for this path from an earlier run (not shown yet)
+                        // are the file's content: O_CREAT alone keeps them, O_TRUNC drops them.
+                        let pending = writeBack.stagingFile(path: path)
+                        began = (pending, try writeBack.beginWrite(path: path, base: .newFile) { self.metadata.path(of: node.ino) == path })
+                    } catch .again where attempt < 2 {
+                        // A rename of the folder (or onto this name) is under way: see prepareWrite.
+                        file.lock.unlock()
+                        writeBack.waitUntilNotHeld(path: path)
+                        file.lock.lock()
+                        guard let current = metadata.path(of: node.ino) else { throw .noEntry }
+                        path = current
+                    }
+                }
+                guard let (pending, staging) = began else { throw .again }
                 if pending == nil || flags.contains(.truncate) { try staging.truncate(to: 0) }
                 let size = try staging.size()
                 if size > 0 { metadata.setLocal(node.ino, size: size) }

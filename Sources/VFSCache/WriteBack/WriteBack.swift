@@ -141,10 +141,20 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// opened (`.newFile` for a create), used only for a file not yet dirty.
     /// For an existing file without O_TRUNC the facade fills the new staging file with the old
     /// content before writing.
-    public func beginWrite(path: String, base: WriteBase) throws(Errno) -> StagingFile {
+    ///
+    /// `stillCurrent` (run with the engine's lock held: lock order engine, then the facade's
+    /// metadata) tells whether the caller's tree still shows the file at `path`; if not, or if a
+    /// rename or unlink of the path is under way (`holding`: its bytes may have moved to the new
+    /// name already while the tree still shows this one), nothing is begun and EAGAIN is thrown:
+    /// the caller asks again with the path its tree shows once the change is shown
+    /// (`waitUntilNotHeld`). A file begun at the old name would take the write away from the
+    /// moved bytes, and never be closed (the facade's prepareWrite).
+    public func beginWrite(path: String, base: WriteBase, stillCurrent: (() -> Bool)? = nil) throws(Errno) -> StagingFile {
         let key = Self.key(path)
         condition.lock(); defer { condition.unlock() }
         guard !stopped else { throw Errno.readOnly }
+        if let stillCurrent, !stillCurrent() { throw Errno.again }
+        if files[key] == nil, isHeld(key) { throw Errno.again }
         if let dirty = files[key] {
             if !dirty.writing, let stream = dirty.streaming {
                 stream.cancelled.store(true, ordering: .relaxed)
@@ -164,6 +174,15 @@ public final class WriteBackEngine: @unchecked Sendable {
         let file = try stagingArea.create()
         files[key] = DirtyFile(path: path, file: file, base: translate(base, key: key))
         return file
+    }
+
+    /// Waits (up to `timeout`) until no rename or unlink in progress holds `path`: then the
+    /// facade's tree shows where the path's bytes went (see `beginWrite`).
+    public func waitUntilNotHeld(path: String, timeout: TimeInterval = 30) {
+        let key = Self.key(path)
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock(); defer { condition.unlock() }
+        while isHeld(key), !stopped, condition.wait(until: deadline) {}
     }
 
     /// The staging file of a dirty file, for read-your-writes; nil if `path` has no local changes.
