@@ -167,6 +167,37 @@ import Testing
         #expect(w.vfs.writeBack!.status().pendingFiles == 0, "\(w.vfs.writeBack!.status().uploads.prefix(4).map { "\($0.path) \($0.size) \($0.state) writing \($0.openForWriting)" })")
     }
 
+    /// A close racing a rename of its file from another thread: the close succeeds and its bytes
+    /// reach Dropbox under the new name.
+    @Test func aCloseRacingARenameSucceedsAndItsBytesReachTheNewName() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote)
+        var failures: [String] = []
+        var names: [String] = []
+        for round in 0..<300 {
+            let old = "open\(round).txt", new = "moved\(round).txt"
+            let (entry, opened) = try w.vfs.create(parent: rootInode, name: old, flags: [.write, .truncate])
+            let ino = entry.attributes.ino
+            try write(w.vfs, ino, opened.handle, at: 0, Array("all of it".utf8))
+            let vfs = w.vfs, handle = opened.handle
+            let closed = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var failure: Error?
+            DispatchQueue.global().async {
+                do { try self.close(vfs, ino, handle) } catch { failure = error }
+                closed.signal()
+            }
+            try w.vfs.rename(parent: rootInode, name: old, newParent: rootInode, newName: new, flags: [])
+            closed.wait()
+            if let failure { failures.append("\(old): \(failure)") }
+            names.append(new)
+        }
+        #expect(failures.isEmpty, "closes that failed: \(failures.prefix(5))")
+        w.sync()
+        let wrong = names.filter { remote.content("/" + $0) != Array("all of it".utf8) }
+        #expect(wrong.isEmpty, "renamed files without their bytes on Dropbox: \(wrong.prefix(10))")
+        #expect(w.vfs.writeBack!.status().pendingFiles == 0)
+    }
+
     /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
     /// of ours still had it open: a later edit through the mount starts from their version, not
     /// from our old bytes that the open reader kept alive (that would overwrite their change).

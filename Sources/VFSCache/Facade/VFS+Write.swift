@@ -111,7 +111,7 @@ extension VFS {
                     let staging = try prepareWrite(file, path: &current, keepBytes: 0)
                     try staging.truncate(to: 0)
                     file.restartSequence()
-                    writeBack.noteRewrite(path: current)
+                    writeBack.noteRewrite(path: current, staging: staging)
                 }
                 handle.noteWrite()
                 metadata.setLocal(ino, size: 0, modified: Date())
@@ -243,11 +243,11 @@ extension VFS {
             if let path, let prefix = file.sequentialPrefix {
                 if at == prefix {
                     let completed = file.extendSequence(data)
-                    writeBack.noteSequentialProgress(path: path, contiguousBytes: prefix + UInt64(data.count),
+                    writeBack.noteSequentialProgress(path: path, staging: staging, contiguousBytes: prefix + UInt64(data.count),
                                                      completedBlocks: completed)
                 } else {
                     file.breakSequence()
-                    if at < prefix { writeBack.noteRewrite(path: path) }
+                    if at < prefix { writeBack.noteRewrite(path: path, staging: staging) }
                 }
             }
             return (try staging.size(), data.count)
@@ -378,7 +378,7 @@ extension VFS {
             do throws(Errno) {
                 // Taken before the close reads the size: a later write shows as a new stamp.
                 file.journaledStamp = try? file.staging?.changeStamp()
-                file.generation = try writeBack.close(path: path, clientModified: modified, durable: durable)
+                file.generation = try writeBack.close(path: path, staging: file.staging, clientModified: modified, durable: durable)
             } catch {
                 // A close the engine could not journal (a full cache disk) is still a close: the
                 // engine holds it and retries; the next write starts a new one (beginWrite).
@@ -485,7 +485,7 @@ extension VFS {
                 try staging.truncate(to: size)
                 if let prefix = file.sequentialPrefix, size < prefix {
                     file.breakSequence()
-                    writeBack.noteRewrite(path: current)
+                    writeBack.noteRewrite(path: current, staging: staging)
                 }
                 if let mtime = changes.mtime { file.mtime = mtime } else { file.mtime = nil }
             }

@@ -201,9 +201,14 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// disk (three disk flushes saved per fsync; they survive the process being killed, not a
     /// power cut, and an fsync that fails makes them durable with `makeDurable`).
     @discardableResult
-    public func close(path: String, clientModified: Date? = nil, durable: Bool = true) throws(Errno) -> UInt64 {
+    ///
+    /// `staging`: the staging file the caller wrote. A rename from another thread may have moved
+    /// it to another path already while the caller's tree still shows `path`; it is found wherever
+    /// it is (without it, such a close failed with EBADF and its bytes were never uploaded:
+    /// `aCloseRacingARenameSucceedsAndItsBytesReachTheNewName`).
+    public func close(path: String, staging: StagingFile? = nil, clientModified: Date? = nil, durable: Bool = true) throws(Errno) -> UInt64 {
         condition.lock()
-        let dirty = files[Self.key(path)]
+        let dirty = dirtyFile(path: path, staging: staging)
         condition.unlock()
         guard let dirty else { throw Errno.badFile }
         return try journalClose(dirty, clientModified: clientModified, durable: durable)
@@ -586,6 +591,15 @@ public final class WriteBackEngine: @unchecked Sendable {
     // MARK: Internals (condition held unless noted)
 
     static func key(_ path: String) -> String { path.lowercased() }
+
+    /// The dirty file at `path`; or, if `staging` is given and is not that one's, the one
+    /// holding `staging`, wherever a rename from another thread moved it while the caller's tree
+    /// still showed `path` (see `close`).
+    func dirtyFile(path: String, staging: StagingFile?) -> DirtyFile? {
+        let atPath = files[Self.key(path)]
+        guard let staging, atPath?.file !== staging else { return atPath }
+        return files.values.first { $0.file === staging }
+    }
 
     func isHeld(_ key: String) -> Bool {
         heldKeys.contains { key == $0 || key.hasPrefix($0 + "/") || $0.hasPrefix(key + "/") }

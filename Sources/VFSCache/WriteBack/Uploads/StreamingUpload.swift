@@ -40,9 +40,10 @@ extension WriteBackEngine {
     /// The file at `path`, open for writing, now holds its final bytes [0, `contiguousBytes`):
     /// written in order and not to be changed before close, and `completedBlocks` are the digests
     /// of the 4 MiB blocks this write completed (PrefixHash.swift). Cheap; call it after each write.
-    public func noteSequentialProgress(path: String, contiguousBytes: UInt64, completedBlocks: CompletedBlocks) {
+    public func noteSequentialProgress(path: String, staging: StagingFile? = nil, contiguousBytes: UInt64,
+                                       completedBlocks: CompletedBlocks) {
         condition.lock(); defer { condition.unlock() }
-        guard !stopped, let dirty = files[Self.key(path)], dirty.writing else { return }
+        guard !stopped, let dirty = dirtyFile(path: path, staging: staging), dirty.writing else { return }
         recordDigests(dirty, contiguousBytes: contiguousBytes, completed: completedBlocks)
         if dirty.streaming == nil {
             guard contiguousBytes >= configuration.largeFileThreshold else { return }
@@ -56,14 +57,15 @@ extension WriteBackEngine {
 
     /// The file at `path` was changed below what `noteSequentialProgress` reported (a seek back,
     /// a truncate): its streaming session is abandoned and the upload happens after close.
-    public func noteRewrite(path: String) {
+    public func noteRewrite(path: String, staging: StagingFile? = nil) {
         condition.lock(); defer { condition.unlock() }
-        if let dirty = files[Self.key(path)], dirty.writing, let prefix = dirty.prefixHash {
+        let found = dirtyFile(path: path, staging: staging)
+        if let dirty = found, dirty.writing, let prefix = dirty.prefixHash {
             // A later noteSequentialProgress (after a truncate to 0) starts a fresh one.
             prefix.invalid = true
             dirty.prefixHash = nil
         }
-        guard let dirty = files[Self.key(path)], let stream = dirty.streaming, !stream.handedOver else { return }
+        guard let dirty = found, let stream = dirty.streaming, !stream.handedOver else { return }
         stream.cancelled.store(true, ordering: .relaxed)
         stream.failed = true
     }
