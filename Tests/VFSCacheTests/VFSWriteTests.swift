@@ -52,17 +52,32 @@ import Testing
     /// the file's last staging file itself (modelled by forgetting its local record; the clean-
     /// clone CI run of 891f833 met that state with passthrough writes): the tree still shows the
     /// rev before the commit, with the new size.
-    @Test func aWriteOpenedBeforeOurCommitIsShownStartsFromTheCommittedBytes() throws {
+    /// /f.bin (1100 bytes) on Dropbox, a writable mount that looked it up, and the engine's
+    /// event queue held until `release` (at the latest when this goes): the window between a
+    /// commit (or conflicted copy) and the facade's showing it, held open.
+    final class HeldEvents {
         let remote = InMemoryRemote()
-        let old = testBytes(1100, seed: 11)
-        remote.externalWrite("/f.bin", old)
-        let w = try Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
-        let engine = try #require(w.vfs.writeBack)
-        let gate = DispatchSemaphore(value: 0)
-        engine.eventQueue.async { gate.wait() }
-        var released = false
-        defer { if !released { gate.signal() } }
+        let old: [UInt8]
+        let w: Writable
+        let ino: InodeNumber
+        let engine: WriteBackEngine
+        private let gate = DispatchSemaphore(value: 0)
+        private var released = false
+        init(seed: UInt64) throws {
+            old = testBytes(1100, seed: seed)
+            remote.externalWrite("/f.bin", old)
+            w = try Writable(remote)
+            ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
+            engine = try #require(w.vfs.writeBack)
+            engine.eventQueue.async { [gate] in gate.wait() }
+        }
+        func release() { if !released { released = true; gate.signal() } }
+        deinit { release() }
+    }
+
+    @Test func aWriteOpenedBeforeOurCommitIsShownStartsFromTheCommittedBytes() throws {
+        let held = try HeldEvents(seed: 11)
+        let (remote, old, w, ino, engine) = (held.remote, held.old, held.w, held.ino, held.engine)
         // Our version: 100 bytes appended (1200), committed on Dropbox; the event waits.
         let first = try w.vfs.open(ino, flags: [.write, .append])
         let added = testBytes(100, seed: 12)
@@ -75,7 +90,7 @@ import Testing
         let second = try w.vfs.open(ino, flags: [.write, .append])
         try write(w.vfs, ino, second.handle, at: 1200, Array("!".utf8))
         try close(w.vfs, ino, second.handle)
-        gate.signal(); released = true
+        held.release()
         w.sync()
         #expect(remote.content("/f.bin") == old + added + Array("!".utf8))
         #expect(try w.vfs.readAll(ino) == old + added + Array("!".utf8))
@@ -88,16 +103,8 @@ import Testing
     /// had opened just after: no EIO from filling our size out of their bytes, and no second
     /// conflicted copy of our own bytes.
     @Test func aWriteOpenedBeforeAConflictIsShownWritesOnTheOtherVersion() throws {
-        let remote = InMemoryRemote()
-        let old = testBytes(1100, seed: 21)
-        remote.externalWrite("/f.bin", old)
-        let w = try Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
-        let engine = try #require(w.vfs.writeBack)
-        let gate = DispatchSemaphore(value: 0)
-        engine.eventQueue.async { gate.wait() }
-        var released = false
-        defer { if !released { gate.signal() } }
+        let held = try HeldEvents(seed: 21)
+        let (remote, old, w, ino, engine) = (held.remote, held.old, held.w, held.ino, held.engine)
         // Our version (old + 100 bytes) meets theirs on Dropbox: committed as a conflicted copy.
         let first = try w.vfs.open(ino, flags: [.write, .append])
         let added = testBytes(100, seed: 22)
@@ -120,7 +127,7 @@ import Testing
             } catch { outcome.withLock { $0 = "\(error)" } }
         }
         Thread.sleep(forTimeInterval: 0.3)
-        gate.signal(); released = true
+        held.release()
         #expect(done.wait(timeout: .now() + 20) == .success)
         #expect(outcome.withLock { $0 } == "ok")
         w.sync()
