@@ -87,6 +87,27 @@ def no_conflicted_copies(emulator):
     assert not [n for n in names if "conflicted copy" in n], names
 
 
+def _thread_states(pid):
+    """name: state (and kernel wait channel) of each thread of `pid`, from /proc."""
+    states = []
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                with open(base + "/comm") as f:
+                    name = f.read().strip()
+                with open(base + "/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open(base + "/wchan") as f:
+                    wchan = f.read().strip()
+                states.append(f"{name} {state} {wchan}")
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return states
+
+
 @contextmanager
 def lazily_detached(cli, emulator, mnt, cache):
     """A mount at `mnt` that is busy (a file open on it) and then lazily unmounted: its daemon
@@ -107,7 +128,15 @@ def lazily_detached(cli, emulator, mnt, cache):
         if old.proc.poll() is None:
             old.proc.send_signal(signal.SIGTERM)
         try:
-            old.proc.wait(timeout=60)
+            try:
+                old.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                # Say what it was doing (its log; /proc's view of its threads), then end it.
+                threads = _thread_states(old.proc.pid)
+                old.proc.kill()
+                old.proc.wait(timeout=10)
+                raise AssertionError(f"the lazily detached daemon did not exit within 60 s of SIGTERM; "
+                                     f"threads: {threads}; its log: {old.read_log()[-4000:]}")
         finally:
             # Whatever is mounted at `mnt` now is not the old daemon's to unmount.
             if not mounted_at(mnt):
