@@ -205,6 +205,40 @@ import Testing
         #expect(w.vfs.writeBack!.status().pendingFiles == 0)
     }
 
+    /// An fsync waiting for its upload while another thread renames the file: it returns once
+    /// the bytes are on Dropbox (under the new name), not as soon as the old name has no upload.
+    @Test func anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox() throws {
+        let remote = InMemoryRemote()
+        let failing = FailingRemote(remote)
+        let uploadsDown = Atomic<Bool>(true)
+        failing.setRule { name, _ in
+            let upload = ["upload", "uploadClosedSession", "startSession", "appendSession", "finishBatch"].contains(name)
+            return upload && uploadsDown.load(ordering: .relaxed) ? .unavailable("uploads held by the test") : nil
+        }
+        let w = try Writable(failing)
+        let bytes = Array("fsynced, then renamed".utf8)
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "old.txt", flags: [.write, .truncate])
+        let ino = entry.attributes.ino
+        try write(w.vfs, ino, opened.handle, at: 0, bytes)
+        let synced = DispatchSemaphore(value: 0)
+        let outcome = Mutex<String>("waiting")
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            do {
+                try vfs.fsync(ino, handle: opened.handle)
+                outcome.withLock { $0 = remote.content("/new.txt") == bytes ? "on Dropbox" : "returned, not on Dropbox" }
+            } catch { outcome.withLock { $0 = "\(error)" } }
+            synced.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.2)   // the fsync waits for its (failing) upload
+        try w.vfs.rename(parent: rootInode, name: "old.txt", newParent: rootInode, newName: "new.txt", flags: [])
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(outcome.withLock { $0 } == "waiting", "the fsync returned while its bytes were not on Dropbox")
+        uploadsDown.store(false, ordering: .relaxed)
+        #expect(synced.wait(timeout: .now() + 20) == .success)
+        #expect(outcome.withLock { $0 } == "on Dropbox")
+        try close(w.vfs, ino, opened.handle)
+    }
+
     /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
     /// of ours still had it open: a later edit through the mount starts from their version, not
     /// from our old bytes that the open reader kept alive (that would overwrite their change).

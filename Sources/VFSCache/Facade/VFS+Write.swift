@@ -425,11 +425,12 @@ extension VFS {
         let generation = file.withLock { file.generation }
         guard generation > 0, let path = metadata.path(of: ino) else { return }
         do throws(WriteBackError) {
-            try writeBack.waitUntilCommitted(path: path, generation: generation, timeout: Self.fsyncTimeout)
+            try writeBack.waitUntilCommitted(path: path, staging: file.withLock { file.staging }, generation: generation,
+                                             timeout: Self.fsyncTimeout)
         } catch {
             logger.warning("fsync of \(path): \(error.description(about: path))")
             // Not on Dropbox: at least on disk, as a close would have made it.
-            writeBack.makeDurable(path: path)
+            writeBack.makeDurable(path: path, staging: file.withLock { file.staging })
             throw error.errno
         }
     }

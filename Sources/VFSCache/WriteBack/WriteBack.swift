@@ -348,9 +348,9 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// After a failed fsync: the bytes of `path` and its journal row reach the disk, as a close
     /// would have made them (the fsync journaled them without flushing).
-    public func makeDurable(path: String) {
+    public func makeDurable(path: String, staging: StagingFile? = nil) {
         condition.lock()
-        let dirty = files[Self.key(path)]
+        let dirty = dirtyFile(path: path, staging: staging)
         condition.unlock()
         guard let dirty else { return }
         do {
@@ -390,23 +390,30 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// For fsync: returns once `generation` of `path` (or a later one) is committed, or the file
     /// was removed; throws if the latest attempt failed hard, or at the timeout.
-    public func waitUntilCommitted(path: String, generation: UInt64, timeout: TimeInterval) throws(WriteBackError) {
-        let key = Self.key(path)
+    ///
+    /// `staging`: the staging file the caller wrote (see `close`). The file is followed by
+    /// identity while it waits: a rename from another thread moves it to another path, and the
+    /// wait used to look the old path up again, find nothing and return as if the bytes were on
+    /// Dropbox (`anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox`).
+    public func waitUntilCommitted(path: String, staging: StagingFile? = nil, generation: UInt64,
+                                   timeout: TimeInterval) throws(WriteBackError) {
         let requested = Date().addingTimeInterval(timeout)
         condition.lock(); defer { condition.unlock() }
+        let tracked = dirtyFile(path: path, staging: staging)
         // Someone waits: no gathering for a batch (an fsync per SQLite transaction would wait
         // out the window every time).
-        if let dirty = files[key] { dirty.urgentThrough = max(dirty.urgentThrough, generation) }
+        if let tracked { tracked.urgentThrough = max(tracked.urgentThrough, generation) }
         condition.broadcast()
         while true {
-            guard let dirty = files[key], let record = dirty.record,
+            // Still the engine's (its path follows renames), and these bytes not on Dropbox yet.
+            guard let dirty = tracked, files[Self.key(dirty.path)] === dirty, let record = dirty.record,
                   dirty.committedGeneration < generation, record.generation >= generation else { return }
             if let error = dirty.hardError, !dirty.writing { throw .failed(error) }
             if stopped { throw .stopped }
             // Unmounting: the daemon must exit by its drain bound, so no fsync may wait past it.
             if !condition.wait(until: min(requested, waitersDeadline)) {
-                if files[key]?.committedGeneration ?? generation >= generation { return }
-                throw .timedOut(lastError: files[key]?.lastError)
+                if dirty.committedGeneration >= generation || files[Self.key(dirty.path)] !== dirty { return }
+                throw .timedOut(lastError: dirty.lastError)
             }
         }
     }
