@@ -261,8 +261,8 @@ extension VFS {
     /// previous staging file if we have it, else from Dropbox. `path` is the file's path in the
     /// tree; if a rename moved the file meanwhile, it is set to the new one.
     ///
-    /// Two waits let go of the file's lock (the only places that do so inside `withLock`), since
-    /// what they wait for needs it: the handler of a conflict event the tree does not show yet,
+    /// Two waits let go of the file's lock (`LocalFile.waitUnlocked`; `create` has the second
+    /// too), since what they wait for needs it: the handler of a conflict event the tree does not show yet,
     /// and a rename or unlink of the path under way, whose tree update may come after the
     /// engine moved the path's bytes (a new file at the old name would take the write away from
     /// them: `aRenameRacingTheFirstWriteAfterACloseKeepsTheWriteAndTheNewName`).
@@ -271,9 +271,7 @@ extension VFS {
         let writeBack = try requireWriteBack()
         if writeBack.hasConflictNotShown(path: path) {
             // Our last bytes just became a conflicted copy: start from the version the path shows.
-            file.lock.unlock()
-            writeBack.waitUntilConflictShown(path: path)
-            file.lock.lock()
+            file.waitUnlocked { writeBack.waitUntilConflictShown(path: path) }
             if file.writing, let staging = file.staging { return staging }
             if file.unlinked { throw .noEntry }
         }
@@ -281,9 +279,7 @@ extension VFS {
             do throws(Errno) {
                 return try beginWriteAndFill(file, path: path, keepBytes: keepBytes)
             } catch .again where attempt < 2 {
-                file.lock.unlock()
-                writeBack.waitUntilNotHeld(path: path)
-                file.lock.lock()
+                file.waitUnlocked { writeBack.waitUntilNotHeld(path: path) }
                 if file.writing, let staging = file.staging { return staging }
                 if file.unlinked { throw .noEntry }
                 guard let current = metadata.path(of: file.ino) else { throw .noEntry }
@@ -546,9 +542,7 @@ extension VFS {
                         began = (pending, try writeBack.beginWrite(path: path, base: .newFile) { self.metadata.path(of: node.ino) == path })
                     } catch .again where attempt < 2 {
                         // A rename of the folder (or onto this name) is under way: see prepareWrite.
-                        file.lock.unlock()
-                        writeBack.waitUntilNotHeld(path: path)
-                        file.lock.lock()
+                        file.waitUnlocked { writeBack.waitUntilNotHeld(path: path) }
                         guard let current = metadata.path(of: node.ino) else { throw .noEntry }
                         path = current
                     }

@@ -75,6 +75,15 @@ final class LocalFile: @unchecked Sendable {
         return CompletedBlocks(firstIndex: first, digests: digests, tailDigest: digester.partialBlockDigest())
     }
 
+    /// Runs `wait` with the lock let go, from inside `withLock`: for the few waits on something
+    /// that itself needs this lock (the facade's prepareWrite and create). The caller reads again
+    /// whatever it read under the lock before.
+    func waitUnlocked(_ wait: () -> Void) {
+        lock.unlock()
+        wait()
+        lock.lock()
+    }
+
     func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         lock.lock(); defer { lock.unlock() }
         return try body()

@@ -111,18 +111,12 @@ extension MetadataCache {
     func relistTree() throws(RemoteError) -> (AppliedChanges, listing: [RemoteEntry], cursor: String) {
         let started = clock.now()
         let stamp = fetchStamp()
-        var changes: [RemoteChange] = []
-        var page = try remote.listFolder(path: "", recursive: true, limit: config.listPageSize)
-        changes += page.changes
-        while page.hasMore {
-            page = try remote.listFolderContinue(cursor: page.cursor)
-            changes += page.changes
-        }
+        let (changes, cursor) = try listAllPages(path: "", recursive: true)
         let applied = applyingFetched(since: stamp) { changed in
-            applyRelisting(changes, cursor: page.cursor, started: started, changed: changed)
+            applyRelisting(changes, cursor: cursor, started: started, changed: changed)
         }
         guard let applied else { throw MetadataCache.localChurn }
-        return (applied, changes.upserts, page.cursor)
+        return (applied, changes.upserts, cursor)
     }
 
     /// The tree after a relisting (lock held): the listing replaces it, except what the mount

@@ -307,10 +307,7 @@ final class MetadataCache: @unchecked Sendable {
                     // The whole tree is listed in the background; the first few folder accesses
                     // meanwhile list their folder on their own rather than wait for all of it.
                     if startPrefetch() {
-                        defer {
-                            locked { _ in eagerListingsInFlight -= 1; lastEagerListingEnded = Date() }
-                            lock.broadcast()
-                        }
+                        defer { endEagerListing() }
                         try listings.run(dir, deadline: deadline) { () throws(Errno) in
                             if let name { listAhead(name, in: dir, path: path) }
                             try listFolder(dir, path: path)
@@ -348,12 +345,24 @@ final class MetadataCache: @unchecked Sendable {
             thread.name = "dbxfs-prefetch"
             thread.start()
         }
-        return locked { _ in
+        return beginEagerListing()
+    }
+
+    /// Takes one of the cold mount's eager listings (`eagerListingsWhilePrefetching`), counted in
+    /// flight until `endEagerListing`; false when none is left.
+    private func beginEagerListing() -> Bool {
+        locked { _ in
             guard eagerListings < config.eagerListingsWhilePrefetching else { return false }
             eagerListings += 1
             eagerListingsInFlight += 1
             return true
         }
+    }
+
+    /// An eager listing ended: the whole-tree listing may go on after its quiet time.
+    private func endEagerListing() {
+        locked { _ in eagerListingsInFlight -= 1; lastEagerListingEnded = Date() }
+        lock.broadcast()
     }
 
     /// On a cold mount, a lookup of `name` in a folder listed on its own also lists `name` as a
@@ -369,32 +378,20 @@ final class MetadataCache: @unchecked Sendable {
         let childPath = parentPath + "/" + name
         let key = InodeTable.key(childPath)
         guard let claim = aheadListings.claim(key) else { return }
-        guard locked({ _ -> Bool in
-            guard eagerListings < config.eagerListingsWhilePrefetching else { return false }
-            eagerListings += 1
-            eagerListingsInFlight += 1   // the whole-tree listing gives way to it too
-            return true
-        }) else {
+        // The whole-tree listing gives way to it too.
+        guard beginEagerListing() else {
             aheadListings.finish(claim, .success(()))
             return
         }
         // A thread of its own: Dispatch runs blocking work only as wide as the cores.
         let thread = Thread { [self] in
-            defer {
-                locked { _ in eagerListingsInFlight -= 1; lastEagerListingEnded = Date() }
-                lock.broadcast()
-            }
+            defer { endEagerListing() }
             let started = clock.now()
             let generation = locked { $0.newGeneration() }
             let stamp = fetchStamp()
-            var changes: [RemoteChange] = []
+            let changes: [RemoteChange]
             do throws(RemoteError) {
-                var page = try remote.listFolder(path: childPath, recursive: false, limit: config.listPageSize)
-                changes += page.changes
-                while page.hasMore {
-                    page = try remote.listFolderContinue(cursor: page.cursor)
-                    changes += page.changes
-                }
+                changes = try listAllPages(path: childPath, recursive: false).changes
             } catch {
                 // A file, a missing name, a failure: the lookups go on as if nothing was asked.
                 if case .notFolder = error {} else if case .notFound = error {} else {
@@ -519,6 +516,17 @@ final class MetadataCache: @unchecked Sendable {
             throw Self.listingErrno(error)
         }
         if !markListed(dir, generation: generation, since: stamp, started: started) { throw Self.listingErrno(Self.localChurn) }
+    }
+
+    /// Every page of one listing, and the cursor it ended with.
+    func listAllPages(path: String, recursive: Bool) throws(RemoteError) -> (changes: [RemoteChange], cursor: String) {
+        var page = try remote.listFolder(path: path, recursive: recursive, limit: config.listPageSize)
+        var changes = page.changes
+        while page.hasMore {
+            page = try remote.listFolderContinue(cursor: page.cursor)
+            changes += page.changes
+        }
+        return (changes, page.cursor)
     }
 
     /// The end of a folder's listing: the children it no longer has are swept and the folder is
@@ -650,14 +658,7 @@ final class MetadataCache: @unchecked Sendable {
             do throws(RemoteError) {
                 if let entry = try remote.metadata(path: path) {
                     entries.append(entry)
-                    if entry.isFolder {
-                        var page = try remote.listFolder(path: path, recursive: true, limit: config.listPageSize)
-                        entries += page.changes.upserts
-                        while page.hasMore {
-                            page = try remote.listFolderContinue(cursor: page.cursor)
-                            entries += page.changes.upserts
-                        }
-                    }
+                    if entry.isFolder { entries += try listAllPages(path: path, recursive: true).changes.upserts }
                 }
             } catch .notFound {
                 entries = []
