@@ -71,7 +71,9 @@ def pt(dbxfs_binary, tmp_path):
         mnt = tmp_path / f"mnt{len(mounts)}"
         mnt.mkdir()
         cache_dir = tmp_path / (cache or f"cache{len(mounts)}")
-        m = Mount(dbxfs_binary, mnt, dropbox_args(emu, cache_dir, *extra), env=dropbox_env(),
+        # A disk cache budget the disk surely has room for: a budget larger than the cache disk's
+        # free space sends writers through the daemon, not passthrough (docs/SEMANTICS.md).
+        m = Mount(dbxfs_binary, mnt, dropbox_args(emu, cache_dir, "--cache-size", "1G", *extra), env=dropbox_env(),
                   log_path=tmp_path / f"mnt{len(mounts)}.log")
         mounts.append(m)
         m.start()

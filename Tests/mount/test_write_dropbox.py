@@ -775,6 +775,31 @@ def test_copies_of_written_files_never_take_the_cache_disks_last_space(dbxfs_bin
         finally:
             force_unmount(str(mnt))
 
+def test_downloaded_blocks_never_take_the_cache_disks_last_space(dbxfs_binary, wemu, tmp_path):
+    """Blocks kept from reads share the cache disk with the files being written: a cache
+    directory on a disk smaller than --cache-size filled it with downloaded blocks, and the next
+    write failed with ENOSPC although every one of those blocks could have been let go."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    files = {f"read/r{i}.bin": random.Random(400 + i).randbytes(4 << 20) for i in range(12)}
+    for name, data in files.items():
+        wemu.upload("/" + name, data, mode="overwrite")
+    with small_disk(tmp_path / "cache-disk", "40m") as cache:
+        try:
+            with Mount(dbxfs_binary, mnt, dropbox_args(wemu, cache), env=dropbox_env()) as m:
+                for name, data in files.items():
+                    assert (mnt / name).read_bytes() == data, name
+                kept = [p for p in (cache / "blocks").rglob("*") if p.is_file() and not p.name.startswith(".tmp-")]
+                assert kept, m.read_log()  # reads are still cached, within the disk's room
+                written = random.Random(499).randbytes(20 << 20)  # more than the room blocks leave
+                (mnt / "after-reads.bin").write_bytes(written)
+                sync = subprocess.run([dbxfs_binary, "sync", str(mnt)], capture_output=True, text=True, timeout=120)
+                assert sync.returncode == 0, sync.stdout + sync.stderr + m.read_log()
+                assert wemu.download("/after-reads.bin") == written
+        finally:
+            force_unmount(str(mnt))
+
+
 def test_insufficient_space_stays_journaled_and_shows_at_fsync(writer):
     used = sum(e["size"] for e in remote_files(writer.emu, "").values())
     writer.emu.config(quota=used + 1000)

@@ -220,7 +220,7 @@ final class DiskBlockCache: @unchecked Sendable {
     /// Returns whether the block is on disk now.
     @discardableResult
     func write(_ key: BlockKey, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard Int64(bytes.count) <= budget else { return false }
+        guard Int64(bytes.count) <= budget, makeRoom(for: UInt64(bytes.count)) else { return false }
         if let hook = beforeWrite.withLock({ $0 }) { hook() }
         let target = url(for: key)
         if let reason = createAtomically(target, { Self.writeFile($0, bytes) }) {
@@ -350,7 +350,7 @@ final class DiskBlockCache: @unchecked Sendable {
     /// not kept. Returns whether the copy is in place.
     func storeWholeFile(fileID: String, rev: String, size: UInt64, blockCount: Int,
                         block: (Int) -> CachedBlock?) -> Bool {
-        guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
+        guard size > 0, Int64(clamping: size) <= budget / 2, makeRoom(for: size) else { return false }
         let key = BlockKey(fileID: fileID, rev: rev, index: Self.wholeFileIndex)
         let failure = createAtomically(url(for: key)) { path in
             let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -394,7 +394,7 @@ final class DiskBlockCache: @unchecked Sendable {
             return false
         }
         guard size > 0, Int64(clamping: size) <= budget / 2 else { return false }
-        guard leavesRoomForWrites(keeping: size, alreadyOnDisk: move) else {
+        guard makeRoom(for: size, alreadyOnDisk: move) else {
             log.debug("disk cache: not keeping the committed bytes of rev \(rev): the cache's disk is nearly full")
             return false
         }
@@ -436,19 +436,66 @@ final class DiskBlockCache: @unchecked Sendable {
         return false
     }
 
+    /// Lets go of the least recently used blocks (never a pinned file's) until keeping `size` more
+    /// bytes leaves the room `leavesRoomForWrites` asks for; false if even an empty LRU does not.
+    /// The budget (`--cache-size`) may be larger than the disk: without this, blocks kept from
+    /// reads filled a small cache disk and the next write failed with ENOSPC although every one
+    /// of them could have been let go
+    /// (test_downloaded_blocks_never_take_the_cache_disks_last_space).
+    private func makeRoom(for size: UInt64, alreadyOnDisk: Bool = false) -> Bool {
+        while !leavesRoomForWrites(keeping: size, alreadyOnDisk: alreadyOnDisk) {
+            guard releaseOldest() else { return false }
+        }
+        return true
+    }
+
+    /// For a write to a staging file that found the disk full: lets go of the least recently used
+    /// blocks until `bytes` more fit beside the reserve `leavesRoomForWrites` keeps, or none is
+    /// left. Returns whether any block was let go (then the write is worth trying again).
+    func releaseSpace(for bytes: UInt64) -> Bool {
+        var released = false
+        while let space = diskSpace(), space.available < space.reserve + bytes, releaseOldest() { released = true }
+        return released
+    }
+
+    /// Whether the disk, not the budget, bounds this cache: it could still grow by its budget past
+    /// the reserve `leavesRoomForWrites` keeps (a `--cache-size` larger than the disk's free
+    /// space). Then a writer must go through dbxfs, not the kernel (FUSE passthrough), since only
+    /// a write that reaches dbxfs can have blocks let go when it finds the disk full
+    /// (`releaseSpace`).
+    var isBoundByDisk: Bool {
+        guard let space = diskSpace() else { return false }
+        return space.available < space.reserve + UInt64(max(0, budget - usage.bytes))
+    }
+
+    /// Deletes the least recently used unpinned block; false if there is none.
+    private func releaseOldest() -> Bool {
+        lock.lock()
+        let victim = index.popOldestEvictable()
+        lock.unlock()
+        guard let victim else { return false }
+        observer?.blocksEvicted(1, from: .disk)
+        remove([victim])
+        return true
+    }
+
     /// Whether keeping `size` more bytes (already on the disk when `alreadyOnDisk`: a staging
     /// file renamed into place) still leaves the file system the cache lives on free space for
-    /// that many bytes again plus a tenth of its size (at most 1 GiB). Without a commit freeing
-    /// its staging file, a cache on a disk smaller than its budget would otherwise fill it with
-    /// copies and fail the next write with ENOSPC
-    /// (test_copies_of_written_files_never_take_the_cache_disks_last_space).
+    /// that many bytes again plus the reserve. Without a commit freeing its staging file, a cache
+    /// on a disk smaller than its budget would otherwise fill it with copies and fail the next
+    /// write with ENOSPC (test_copies_of_written_files_never_take_the_cache_disks_last_space).
     private func leavesRoomForWrites(keeping size: UInt64, alreadyOnDisk: Bool) -> Bool {
+        guard let space = diskSpace() else { return false }
+        let after = alreadyOnDisk ? space.available : space.available - min(space.available, size)
+        return after >= space.reserve + size
+    }
+
+    /// The cache disk's free bytes (for an unprivileged user) and the reserve blocks never take:
+    /// a tenth of its size, at most 1 GiB. One `statvfs`; nil if that fails.
+    private func diskSpace() -> (available: UInt64, reserve: UInt64)? {
         var info = statvfs()
-        guard statvfs(root.path, &info) == 0 else { return false }
-        let available = UInt64(info.f_bavail) * UInt64(info.f_frsize)
-        let reserve = min(UInt64(info.f_blocks) * UInt64(info.f_frsize) / 10, 1 << 30)
-        let after = alreadyOnDisk ? available : available - min(available, size)
-        return after >= reserve + size
+        guard statvfs(root.path, &info) == 0 else { return nil }
+        return (UInt64(info.f_bavail) * UInt64(info.f_frsize), min(UInt64(info.f_blocks) * UInt64(info.f_frsize) / 10, 1 << 30))
     }
 
     /// Copies `size` bytes from `source` to a new file at `path`, hashing them on the way; true if

@@ -142,13 +142,15 @@ extension VFS {
     }
 
     /// `reply` offering `staging` to the kernel for the open's writes (FUSE passthrough), except
-    /// to start a new such open while the staging budget is spent (docs/WRITEBACK.md).
+    /// to start a new such open while the staging budget is spent (docs/WRITEBACK.md), or while
+    /// the disk cache is bounded by its disk rather than its budget (a full disk must reach
+    /// `writeMakingRoom`).
     private func kernelWritable(_ reply: OpenReply, _ staging: StagingFile?) -> OpenReply {
         guard let staging, let writeBack else { return reply }
         var reply = reply
         reply.backingFile = staging.url.path
         reply.backingTakesWrites = true
-        reply.backingJoinOnly = writeBack.bytesNotUploaded > config.stagingBudget
+        reply.backingJoinOnly = writeBack.bytesNotUploaded > config.stagingBudget || blocks.disk?.isBoundByDisk == true
         return reply
     }
 
@@ -237,7 +239,7 @@ extension VFS {
             let at = handle.append ? try staging.size() : offset
             // A disk filling up part way: a short write, as on a local disk (the writer's next
             // write gets ENOSPC), so what the writer was told and the file's size agree.
-            let data = UnsafeRawBufferPointer(rebasing: data[..<(try staging.writePrefix(at: at, data))])
+            let data = UnsafeRawBufferPointer(rebasing: data[..<(try writeMakingRoom(staging, at: at, data))])
             handle.noteWrite()
             file.mtime = nil
             if let path, let prefix = file.sequentialPrefix {
@@ -254,6 +256,28 @@ extension VFS {
         }
         metadata.setLocal(ino, size: size, modified: Date())
         return written
+    }
+
+    /// `staging.writePrefix`, but a write the cache disk had no room for is tried once more after
+    /// the disk cache let go of blocks it kept from reads (they can be downloaded again): a full
+    /// cache disk fails a write only when nothing but written bytes and pinned files fill it.
+    private func writeMakingRoom(_ staging: StagingFile, at offset: UInt64, _ data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        var done = 0
+        do throws(Errno) {
+            done = try staging.writePrefix(at: offset, data)
+        } catch .noSpace {
+            done = 0
+        }
+        guard done < data.count, let disk = blocks.disk, disk.releaseSpace(for: UInt64(data.count - done)) else {
+            if done == 0 { throw .noSpace }
+            return done
+        }
+        do throws(Errno) {
+            return done + (try staging.writePrefix(at: offset + UInt64(done), UnsafeRawBufferPointer(rebasing: data[done...])))
+        } catch {
+            if done == 0 { throw error }
+            return done
+        }
     }
 
     /// Before the first change since the last close (file lock held): `beginWrite`, and a new

@@ -51,6 +51,10 @@ struct PinnedBlockIndex {
         return evict()
     }
 
+    /// The least recently used unpinned block, taken out of the index (nil: none left). For room
+    /// on the cache's disk, which the budget does not see (DiskBlockCache.makeRoom).
+    mutating func popOldestEvictable() -> BlockKey? { evictable.popOldest()?.key }
+
     /// Pops the least recently used unpinned blocks while the total is over the budget. Pinned
     /// blocks are never victims: PinnedFiles refuses pins that do not fit, so they alone stay
     /// within the budget.
