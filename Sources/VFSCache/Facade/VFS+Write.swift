@@ -417,7 +417,7 @@ extension VFS {
         // Only to a handle that wrote: reading a file (cat, cp from the mount) whose upload
         // failed must not fail at close.
         guard handle.hasWritten.load(ordering: .relaxed) else { return }
-        if let path = metadata.path(of: ino), let error = writeBack.failure(path: path) {
+        if let path = metadata.path(of: ino), let error = writeBack.failure(path: path, staging: handle.file.withLock({ handle.file.staging })) {
             logger.warning("\(path): an earlier close or upload of it failed (\(error)); it stays staged and is retried")
             throw error
         }
@@ -439,7 +439,7 @@ extension VFS {
         }
         // A close that could not be journaled (a full cache disk) is tried again now: fsync never
         // returns while bytes are neither journaled nor on Dropbox.
-        if let path = metadata.path(of: ino), let generation = try writeBack.retryClose(path: path) {
+        if let path = metadata.path(of: ino), let generation = try writeBack.retryClose(path: path, staging: file.withLock { file.staging }) {
             file.withLock { file.generation = max(file.generation, generation) }
         }
         let generation = file.withLock { file.generation }

@@ -20,11 +20,14 @@
 import Foundation
 
 extension WriteBackEngine {
-    /// An open the kernel serves from `file`, `path`'s staging file, began. False if that is not
-    /// `path`'s staging file (any more): the facade then serves the open itself.
+    /// An open the kernel serves from `file`, `path`'s staging file, began. False if the engine
+    /// no longer has that file: the facade then serves the open itself. Found by identity, not by
+    /// `path`: a rename from another thread may have moved it since the facade read the path, and
+    /// an open not counted let a commit hand the file the kernel writes to the disk cache
+    /// (`aFileRenamedJustBeforeTheKernelsOpenIsRetainedUnderItsNewName`).
     public func retainStaging(path: String, file: StagingFile) -> Bool {
         condition.lock(); defer { condition.unlock() }
-        guard let dirty = files[Self.key(path)], dirty.file === file else { return false }
+        guard let dirty = dirtyFile(path: path, staging: file), dirty.file === file else { return false }
         dirty.kernelOpens += 1
         dirty.retainedCommit?.servedByKernel = true
         stagingWriteback.watch(file)

@@ -380,10 +380,11 @@ public final class WriteBackEngine: @unchecked Sendable {
 
     /// The hard failure of the latest upload attempt of `path`, or of its last close, if any: for
     /// flush to report (ENOSPC for insufficient space or a full cache disk) while the file stays
-    /// staged and is retried.
-    public func failure(path: String) -> Errno? {
+    /// staged and is retried. `staging`: the caller's staging file, followed through renames as
+    /// in `close`.
+    public func failure(path: String, staging: StagingFile? = nil) -> Errno? {
         condition.lock(); defer { condition.unlock() }
-        guard let dirty = files[Self.key(path)] else { return nil }
+        guard let dirty = dirtyFile(path: path, staging: staging) else { return nil }
         if let failure = dirty.closeFailure, !dirty.writing { return failure }
         return dirty.hardError.map { Errno($0) }
     }

@@ -111,9 +111,29 @@ import Testing
         #expect(fixture.stagingNames().isEmpty)
         engine.releaseStaging(file)
         #expect(engine.stagingFile(path: "/gone.bin") == nil)
-        // Not retained: a staging file that is not the path's (any more) is refused.
-        let other = try engine.beginWrite(path: "/other", base: .newFile)
-        #expect(!engine.retainStaging(path: "/gone.bin", file: other))
+        // Not retained: a staging file the engine no longer has is refused (a file the engine
+        // has under another path is the same file renamed: see the next test).
+        #expect(!engine.retainStaging(path: "/gone.bin", file: file))
+    }
+
+    /// The facade reads the file's path, then asks the engine to keep its staging file for the
+    /// kernel's open; a rename from another thread in between moved the file. Refused by path, the
+    /// open was not counted, and a commit while the kernel still wrote handed the staging file to
+    /// the disk cache under it.
+    @Test func aFileRenamedJustBeforeTheKernelsOpenIsRetainedUnderItsNewName() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/before.bin", base: .newFile)
+        try engine.rename(from: "/before.bin", to: "/after.bin") { () throws(Errno) -> [String: WriteBase] in [:] }
+        #expect(engine.retainStaging(path: "/before.bin", file: file))
+        try file.write(at: 0, bytes("kernel"))
+        let generation = try engine.close(path: "/after.bin", staging: file)
+        try engine.waitUntilCommitted(path: "/after.bin", staging: file, generation: generation, timeout: 10)
+        engine.deliverPendingEvents()
+        #expect(fixture.memory.content("/after.bin") == bytes("kernel"))
+        #expect(fixture.stagingNames() == [file.name])   // the kernel still serves it
+        engine.releaseStaging(file)
+        #expect(fixture.stagingNames().isEmpty)
     }
 
     /// While the kernel writes a staging file (nothing the daemon sees), its disk writeback is

@@ -120,6 +120,25 @@ import Testing
         #expect(fixture.memory.content("/full.txt") == bytes("no room"))
     }
 
+    /// flush reports an earlier failure of the file it closes: the facade reads the file's path,
+    /// then asks the engine, and a rename from another thread may move the file in between. By
+    /// path, the engine found nothing there and the close reported success.
+    @Test func aFailureIsReportedForAFileRenamedSinceItsPathWasRead() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        fixture.probe.failBefore { operation, _ in operation == "upload" ? .insufficientSpace : nil }
+        let engine = try fixture.engine { $0.hardFailureRetryDelay = 600 }; defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/full.txt", base: .newFile)
+        try file.write(at: 0, bytes("no room"))
+        let generation = try engine.close(path: "/full.txt", staging: file)
+        #expect(throws: WriteBackError.failed(.insufficientSpace)) {
+            try engine.waitUntilCommitted(path: "/full.txt", staging: file, generation: generation, timeout: 10)
+        }
+        try engine.rename(from: "/full.txt", to: "/moved.txt") { () throws(Errno) -> [String: WriteBase] in [:] }
+        #expect(engine.failure(path: "/moved.txt") == .noSpace)
+        #expect(engine.failure(path: "/full.txt", staging: file) == .noSpace)
+        #expect(engine.failure(path: "/full.txt") == nil)   // no file of that name any more
+    }
+
     /// Dropbox's no_write_permission (a read-only shared folder) is not a failure time fixes:
     /// the file is kept and reported as refused, and not retried until it is moved (issue 13).
     @Test func noWritePermissionIsRefusedKeptAndNotRetried() throws {

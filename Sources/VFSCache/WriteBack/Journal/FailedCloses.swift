@@ -34,14 +34,26 @@ extension WriteBackEngine {
     }
 
     /// For fsync: journals now the close of `path` that could not be journaled, and returns its
-    /// generation; nil if there is none. Throws if it still cannot be journaled.
-    public func retryClose(path: String) throws(Errno) -> UInt64? {
-        try retryClose(key: Self.key(path))
+    /// generation; nil if there is none. Throws if it still cannot be journaled. `staging`: the
+    /// caller's staging file, followed wherever a rename from another thread moved it (by path,
+    /// fsync found no held close there and went on to report success).
+    public func retryClose(path: String, staging: StagingFile? = nil) throws(Errno) -> UInt64? {
+        condition.lock()
+        let dirty = dirtyFile(path: path, staging: staging)
+        condition.unlock()
+        return try retryClose(dirty)
     }
 
     func retryClose(key: String) throws(Errno) -> UInt64? {
         condition.lock()
-        let held = files[key].flatMap { $0.closeFailure != nil && !$0.writing ? $0 : nil }
+        let dirty = files[key]
+        condition.unlock()
+        return try retryClose(dirty)
+    }
+
+    private func retryClose(_ dirty: DirtyFile?) throws(Errno) -> UInt64? {
+        condition.lock()
+        let held = dirty.flatMap { $0.closeFailure != nil && !$0.writing ? $0 : nil }
         let modified = held?.closeModified
         condition.unlock()
         guard let held else { return nil }
