@@ -218,13 +218,14 @@ class RandomOperations:
             self.model.folders.add(target + d[len(source):])
 
 
-def remote_changes(emu, model, rng, count):
+def remote_changes(emu, model, rng, count, within=None):
     """Another client's changes through the API (while the mount is down or up): new files,
-    overwrites, deletes, new folders and moves, anywhere in the model. Updates `model`."""
+    overwrites, deletes, new folders and moves, anywhere in the model (or only in the subtree
+    `within`). Updates `model`."""
     for _ in range(count):
-        kind = rng.choice(["add", "overwrite", "delete", "mkdir", "move"])
-        files = sorted(model.files)
-        folders = sorted(model.folders)
+        kind = rng.choice(["add", "overwrite", "delete", "mkdir", "move", "move_folder", "delete_folder"])
+        files, folders = model.under(within) if within else (model.files, model.folders)
+        files, folders = sorted(files), sorted(folders)
         if kind == "add" and folders:
             path = rng.choice(folders) + f"/api{rng.randrange(10**8)}"
             data = rng.randbytes(rng.choice([0, 10, 3000]))
@@ -248,6 +249,26 @@ def remote_changes(emu, model, rng, count):
             target = rng.choice(folders) + f"/apim{rng.randrange(10**8)}"
             emu.api("files/move_v2", {"from_path": "/" + source, "to_path": "/" + target})
             model.files[target] = model.files.pop(source)
+        elif kind in ("move_folder", "delete_folder"):
+            # Never a top-level folder: each is a worker's subtree.
+            inner = [d for d in folders if "/" in d]
+            if not inner:
+                continue
+            source = rng.choice(inner)
+            moved_files, moved_folders = model.under(source)
+            if kind == "delete_folder":
+                emu.api("files/delete_v2", {"path": "/" + source})
+                for f in moved_files:
+                    del model.files[f]
+                model.folders -= set(moved_folders)
+                continue
+            targets = [d for d in folders if d != source and not d.startswith(source + "/")]
+            target = rng.choice(targets) + f"/apimd{rng.randrange(10**8)}"
+            emu.api("files/move_v2", {"from_path": "/" + source, "to_path": "/" + target})
+            for f in moved_files:
+                model.files[target + f[len(source):]] = model.files.pop(f)
+            model.folders -= set(moved_folders)
+            model.folders |= {target + d[len(source):] for d in moved_folders}
 
 
 def worker(root, subtree, model, seed, count, exclude=()):
