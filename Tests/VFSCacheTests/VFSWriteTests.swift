@@ -97,6 +97,59 @@ import Testing
         #expect(engine.status().conflicts.isEmpty)
     }
 
+    /// The facade's handler of a conflict asks Dropbox for the version the path has now before it
+    /// shows it; the file's local bytes were let go before that call, so a read opened while it
+    /// was under way found no local bytes and read the tree's entry from Dropbox: our size with
+    /// the rev our edit started from, which is EIO ("a block is short") or, had that rev been
+    /// longer, bytes of no version at all. The other client's view in
+    /// test_no_silent_overwrite.py met it.
+    @Test func aReadWhileAConflictIsBeingShownReadsOneWholeVersion() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1100, seed: 31)
+        remote.externalWrite("/f.bin", old)
+        let probe = ProbeRemote(remote)
+        let w = try Writable(probe)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
+        let handle = try w.vfs.open(ino, flags: [.write, .append])
+        let ours = old + testBytes(100, seed: 32)
+        try write(w.vfs, ino, handle.handle, at: 1100, Array(ours[1100...]))
+        let theirs = testBytes(900, seed: 33)
+        remote.externalWrite("/f.bin", theirs)
+        // The handler's call for the path's version waits until the read is done.
+        let reached = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let armed = Atomic<Bool>(true)
+        probe.failBefore { operation, path in
+            if operation == "metadata", path == "/f.bin", remote.allPaths().contains(where: { $0.contains("conflicted copy") }),
+               armed.exchange(false, ordering: .relaxed) {
+                reached.signal()
+                _ = proceed.wait(timeout: .now() + 20)
+            }
+            return nil
+        }
+        try close(w.vfs, ino, handle.handle)
+        #expect(reached.wait(timeout: .now() + 20) == .success)
+        // The read, on a thread of its own; the handler goes on a moment later.
+        let read = Mutex<String>("not done")
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            defer { done.signal() }
+            do {
+                let bytes = try vfs.readAll(ino)
+                read.withLock { $0 = bytes == ours ? "ours" : bytes == theirs ? "theirs" : "\(bytes.count) bytes of neither version" }
+            } catch {
+                read.withLock { $0 = "\(error)" }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        proceed.signal()
+        #expect(done.wait(timeout: .now() + 20) == .success)
+        #expect(read.withLock { $0 } == "ours" || read.withLock { $0 } == "theirs")
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        #expect(try w.vfs.readAll(ino) == theirs)
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

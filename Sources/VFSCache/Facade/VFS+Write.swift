@@ -77,6 +77,13 @@ extension VFS {
            let cachedPath = metadata.path(of: ino), writeBack.stagingFile(path: cachedPath) == nil {
             return nil
         }
+        // Our bytes just became a conflicted copy and the tree does not show it yet: the node
+        // still has our size with the rev our edit started from, and no local bytes are left to
+        // read. Open once the handler has shown the version the path has now
+        // (`aReadWhileAConflictIsBeingShownReadsOneWholeVersion`; writers wait in `prepareWrite`).
+        if let path = metadata.path(of: ino), writeBack.hasConflictNotShown(path: path) {
+            writeBack.waitUntilConflictShown(path: path)
+        }
         let node: Node
         if !wantsWrite, let cached = metadata.node(ino) { node = cached } else { node = try metadata.refreshedNode(ino) }
         guard let meta = node.file else { throw .isDirectory }
@@ -896,6 +903,9 @@ extension VFS {
             var remoteVersion: RemoteEntry??
             do throws(RemoteError) { remoteVersion = .some(try remote.metadata(path: path)) } catch {
                 remoteVersion = nil
+            }
+            if case .some(.some(let theirs)) = remoteVersion {
+                logger.debug("conflict: \(path) shows rev \(theirs.rev ?? "-") (\(theirs.size) bytes) now")
             }
             metadata.recordLocalChange([path, copyPath])
             dropBlocks(of: metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath))

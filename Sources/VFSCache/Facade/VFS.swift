@@ -367,7 +367,7 @@ public final class VFS: FilesystemOperations, Sendable {
         pieces.reserveCapacity(slices.count)
         for slice in slices {
             guard slice.bytes.upperBound <= slice.block.filled else {
-                logger.error("read of \(file.path): a block is short (\(slice.block.filled) bytes)")
+                logger.error("read of \(file.path): a block of rev \(file.rev) is short (\(slice.block.filled) bytes, \(file.size) expected in all)")
                 throw .io
             }
             pieces.append(UnsafeRawBufferPointer(rebasing: slice.block.buffer[slice.bytes]))
