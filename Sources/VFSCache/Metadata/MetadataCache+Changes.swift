@@ -20,6 +20,10 @@ extension MetadataCache {
         var staleRevs: [(fileID: String, rev: String)] = []
         /// The changes that reached the tree, for the persistent store.
         var applied: [RemoteChange] = []
+        /// Paths whose change was skipped for one of the mount's own (fetched before it) while
+        /// the tree shows something else: the change may be another client's, made after the
+        /// data the mount's change applied, so they are looked up again (`refreshFromDropbox`).
+        var recheck: [String] = []
     }
 
     /// Applies one batch of the feed, fetched after `stamp`, then records `cursor` as the tree's
@@ -29,9 +33,28 @@ extension MetadataCache {
         let now = clock.now()
         return applyingFetched(since: stamp) { changed in
             var result = AppliedChanges()
-            for change in changes where !changed.covers(change) { applyOne(change, into: &result) }
+            for change in changes {
+                if !changed.covers(change) {
+                    applyOne(change, into: &result)
+                } else if let path = disagreeingPath(change) {
+                    result.recheck.append(path)
+                }
+            }
             if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
             return result
+        }
+    }
+
+    /// The path of a change the tree does not already show (our own commit's echo does show),
+    /// for a change skipped because a change of the mount's own touched its path (lock held).
+    private func disagreeingPath(_ change: RemoteChange) -> String? {
+        switch change {
+        case .upsert(let entry):
+            guard let ino = table.resolve(path: entry.pathDisplay), let node = table[ino] else { return entry.pathDisplay }
+            if entry.isFolder { return node.isDirectory ? nil : entry.pathDisplay }
+            return node.file?.rev == entry.rev ? nil : entry.pathDisplay
+        case .deleted(_, let pathDisplay):
+            return table.resolve(path: pathDisplay) == nil ? nil : pathDisplay
         }
     }
 
