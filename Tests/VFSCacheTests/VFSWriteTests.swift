@@ -150,6 +150,82 @@ import Testing
         #expect(try w.vfs.readAll(ino) == theirs)
     }
 
+    /// The kernel opens an inode it looked up earlier: once another client deleted the file (the
+    /// tree learned it before the kernel's entry was invalidated), the inode is gone. ENOENT made
+    /// `open(O_CREAT | O_TRUNC)` fail where a local disk creates the file (test_no_silent_overwrite.py
+    /// met it); ESTALE makes the kernel look the name up again and retry once, creating it.
+    @Test func anOpenOfAnInodeDeletedElsewhereIsStaleSoTheKernelLooksTheNameUpAgain() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/c/f.txt", Array("theirs".utf8))
+        let w = try Writable(remote)
+        let folder = try w.vfs.lookup(parent: rootInode, name: "c").attributes.ino
+        let ino = try w.vfs.lookup(parent: folder, name: "f.txt").attributes.ino
+        remote.externalDelete("/c/f.txt")
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at it finds it gone
+        #expect(throws: Errno.stale) { _ = try w.vfs.open(ino, flags: [.write, .truncate]) }
+        #expect(throws: Errno.stale) { _ = try w.vfs.open(ino, flags: .read) }
+        // The kernel's second try: the name is not there, so O_CREAT makes a new file.
+        #expect(throws: Errno.noEntry) { _ = try w.vfs.lookup(parent: folder, name: "f.txt") }
+    }
+
+    /// "A file opened at rev R is committed as update R" (docs/SEMANTICS.md, "Conflicts"): a
+    /// handle that opened the file at R and read it writes a change computed from R. If another
+    /// client changed the file meanwhile and the tree learned it before the handle's first
+    /// write, that change must not be applied to the other version (a page of one database
+    /// written into another) nor replace it: our version is R with the change, kept as a
+    /// conflicted copy, and the path keeps theirs.
+    @Test func aHandleOpenedAtOneRevisionWritesOnThatRevisionNotOnALaterOne() throws {
+        let remote = InMemoryRemote()
+        let mine = testBytes(1000, seed: 41)
+        remote.externalWrite("/db.bin", mine)
+        let w = try Writable(remote)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "db.bin").attributes.ino
+        let handle = try w.vfs.open(ino, flags: [.read, .write])
+        #expect(try w.vfs.read(ino, handle: handle.handle, offset: 0, size: 1000) == mine)
+        let theirs = testBytes(1000, seed: 42)
+        remote.externalWrite("/db.bin", theirs)
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
+        _ = try w.vfs.getattr(ino)
+        let page = testBytes(100, seed: 43)
+        try write(w.vfs, ino, handle.handle, at: 200, page)
+        try close(w.vfs, ino, handle.handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        let expected = Array(mine[..<200]) + page + Array(mine[300...])
+        let copies = remote.allPaths().filter { $0.contains("conflicted copy") }
+        let atPath = remote.content("/db.bin")
+        let described = atPath == theirs ? "theirs" : atPath == Array(theirs[..<200]) + page + Array(theirs[300...]) ? "our change applied to theirs" : "something else"
+        #expect(described == "theirs")
+        #expect(copies.count == 1 && remote.content(copies[0]) == expected, "copies: \(copies)")
+    }
+
+    /// The same, when the later rev is our own: another handle of the file wrote and committed
+    /// it. Then the handle writes on it, as two descriptors of one file on a local disk do, and
+    /// no conflicted copy is made.
+    @Test func aHandleOpenedBeforeAnotherHandlesCommitWritesOnThatCommit() throws {
+        let remote = InMemoryRemote()
+        let first = testBytes(1000, seed: 51)
+        remote.externalWrite("/shared.bin", first)
+        let w = try Writable(remote)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "shared.bin").attributes.ino
+        let a = try w.vfs.open(ino, flags: [.read, .write])
+        #expect(try w.vfs.read(ino, handle: a.handle, offset: 0, size: 1000) == first)
+        let b = try w.vfs.open(ino, flags: [.read, .write])
+        let fromB = testBytes(50, seed: 52)
+        try write(w.vfs, ino, b.handle, at: 0, fromB)
+        try close(w.vfs, ino, b.handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        Thread.sleep(forTimeInterval: 0.6)
+        _ = try w.vfs.getattr(ino)
+        let fromA = testBytes(50, seed: 53)
+        try write(w.vfs, ino, a.handle, at: 500, fromA)
+        try close(w.vfs, ino, a.handle)
+        w.sync()
+        #expect(remote.content("/shared.bin") == fromB + Array(first[50..<500]) + fromA + Array(first[550...]))
+        #expect(!remote.allPaths().contains { $0.contains("conflicted copy") })
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

@@ -32,6 +32,9 @@ public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
     public static let crossDevice = Errno(EXDEV)
     public static let notImplemented = Errno(ENOSYS)
     public static let networkUnreachable = Errno(ENETUNREACH)
+    /// An inode the kernel still names is gone from the tree (deleted elsewhere): the kernel then
+    /// looks the name up again and retries the call once.
+    public static let stale = Errno(ESTALE)
 
     public var description: String { String(cString: strerror(rawValue)) }
 

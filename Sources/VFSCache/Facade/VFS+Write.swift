@@ -240,7 +240,7 @@ extension VFS {
                 staging = current
             } else {
                 guard var current = metadata.path(of: ino) else { throw .noEntry }
-                staging = try prepareWrite(file, path: &current, keepBytes: nil)
+                staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView)
                 path = current
             }
             let at = handle.append ? try staging.size() : offset
@@ -297,7 +297,11 @@ extension VFS {
     /// and a rename or unlink of the path under way, whose tree update may come after the
     /// engine moved the path's bytes (a new file at the old name would take the write away from
     /// them: `aRenameRacingTheFirstWriteAfterACloseKeepsTheWriteAndTheNewName`).
-    private func prepareWrite(_ file: LocalFile, path: inout String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
+    ///
+    /// `openedAt`: the version the writing handle opened and read (`WriteHandle.remoteView`), for
+    /// `beginWriteAndFill`'s "update R" rule.
+    private func prepareWrite(_ file: LocalFile, path: inout String, keepBytes: UInt64?,
+                              openedAt: OpenFile? = nil) throws(Errno) -> StagingFile {
         if file.writing, let staging = file.staging { return staging }
         let writeBack = try requireWriteBack()
         if writeBack.hasConflictNotShown(path: path) {
@@ -308,7 +312,7 @@ extension VFS {
         }
         for attempt in 0..<3 {
             do throws(Errno) {
-                return try beginWriteAndFill(file, path: path, keepBytes: keepBytes)
+                return try beginWriteAndFill(file, path: path, keepBytes: keepBytes, openedAt: openedAt)
             } catch .again where attempt < 2 {
                 file.waitUnlocked { writeBack.waitUntilNotHeld(path: path) }
                 if file.writing, let staging = file.staging { return staging }
@@ -321,13 +325,31 @@ extension VFS {
     }
 
     /// `prepareWrite` once the waits are done (file lock held).
-    private func beginWriteAndFill(_ file: LocalFile, path: String, keepBytes: UInt64?) throws(Errno) -> StagingFile {
+    ///
+    /// "A file opened at rev R is committed as update R" (docs/SEMANTICS.md, "Conflicts"): a
+    /// handle that opened the file at R and writes only after the tree learned of another
+    /// client's R' writes on R (filled from R, base R), so its change, computed from R, is
+    /// neither applied to R' nor committed over it: the commit conflicts and ours becomes a
+    /// conflicted copy. Before, it was applied to R' and replaced it
+    /// (`aHandleOpenedAtOneRevisionWritesOnThatRevisionNotOnALaterOne`). Not when R' is a commit
+    /// of ours (another handle of the file wrote it: its bytes are the file's, as on a local disk).
+    private func beginWriteAndFill(_ file: LocalFile, path: String, keepBytes: UInt64?, openedAt: OpenFile?) throws(Errno) -> StagingFile {
         let writeBack = try requireWriteBack()
-        guard let node = metadata.node(file.ino), let meta = node.file else { throw .noEntry }
-        let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
+        guard let node = metadata.node(file.ino), let tree = node.file else { throw .noEntry }
         // Bytes the engine already holds for this path (pending upload, resumed after a restart)
         // are the current content: never fill over them from the server.
         if file.staging == nil { file.staging = writeBack.stagingFile(path: path) }
+        var meta = tree
+        var opened: OpenFile?
+        if let openedAt, file.staging == nil, node.local == .remote, !openedAt.rev.isEmpty, openedAt.rev != tree.rev,
+           !writeBack.isOwnCommit(path: path, rev: tree.rev) {
+            opened = openedAt
+            meta.rev = openedAt.rev
+            meta.size = openedAt.size
+            meta.contentHash = openedAt.contentHash
+            logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
+        }
+        let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
         if staging !== file.staging {
             let wanted = min(keepBytes ?? .max, meta.size)
@@ -339,6 +361,8 @@ extension VFS {
                 if wanted > 0 {
                     if let previous {
                         try copy(from: previous, to: staging, count: wanted)
+                    } else if let opened {
+                        try fetch(opened, into: staging, count: wanted)
                     } else if let id = node.id, !meta.rev.isEmpty {
                         try fetch(makeReader(file.ino, path: path, fileID: id, file: meta), into: staging, count: wanted)
                     }
@@ -509,7 +533,7 @@ extension VFS {
         if let size = changes.size {
             try file.withLock { () throws(Errno) in
                 var current = path
-                let staging = try prepareWrite(file, path: &current, keepBytes: size)
+                let staging = try prepareWrite(file, path: &current, keepBytes: size, openedAt: handle?.remoteView)
                 try staging.truncate(to: size)
                 if let prefix = file.sequentialPrefix, size < prefix {
                     file.breakSequence()

@@ -217,7 +217,7 @@ public final class VFS: FilesystemOperations, Sendable {
     // MARK: Directories
 
     public func openDirectory(_ ino: InodeNumber) throws(Errno) -> HandleID {
-        let entries = try metadata.snapshot(of: ino)
+        let entries = try Self.staleIfGone { () throws(Errno) in try metadata.snapshot(of: ino) }
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.directories[handle] = DirectorySnapshot(ino: ino, entries: entries) }
         return handle
@@ -268,7 +268,19 @@ public final class VFS: FilesystemOperations, Sendable {
 
     // MARK: Files
 
+    /// An open names an inode the kernel looked up earlier, so "no entry" means the inode is gone
+    /// (deleted elsewhere since): ESTALE, which makes the kernel look the name up again and retry
+    /// once, as a local disk would have answered for the name now (`open(O_CREAT)` creates, a
+    /// file recreated elsewhere opens). ENOENT failed an `O_CREAT` open.
+    private static func staleIfGone<T>(_ body: () throws(Errno) -> T) throws(Errno) -> T {
+        do throws(Errno) { return try body() } catch .noEntry { throw .stale }
+    }
+
     public func open(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply {
+        try Self.staleIfGone { () throws(Errno) in try openInode(ino, flags: flags) }
+    }
+
+    private func openInode(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply {
         // Opens for writing, and reads of files with local bytes, are the write side's.
         if let reply = try openLocal(ino, flags: flags) { return reply }
         let node = try metadata.refreshedNode(ino)

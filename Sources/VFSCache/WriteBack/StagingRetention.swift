@@ -85,6 +85,13 @@ extension WriteBackEngine {
         while conflictsNotShown[key] != nil, !stopped, condition.wait(until: deadline) {}
     }
 
+    /// Whether `rev` of `path` was made by one of our own recent commits (the last four per
+    /// path): then another handle of the mount wrote it, not another client.
+    public func isOwnCommit(path: String, rev: String) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        return revisionsAfterCommit[Self.key(path)]?.contains { $0.to == rev } ?? false
+    }
+
     /// True while a conflict at `path` waits for the facade to show it (see above).
     public func hasConflictNotShown(path: String) -> Bool {
         condition.lock(); defer { condition.unlock() }
