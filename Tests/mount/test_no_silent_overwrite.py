@@ -1,21 +1,25 @@
 """No silent overwrite (the brief), checked as a property: files written on the mount while
 another client overwrites the same files on Dropbox at the same moments.
 
-The local side, one thread, picks a file, reads it on the mount (what the mount showed), then
-writes new bytes over it (O_TRUNC) and closes; the other client, another thread, overwrites
-random files through the API. Which side wins a race is not fixed, so the check is what must
+The local side, one thread, picks a file, opens it on the mount, reads it through that open
+(what the mount showed it), then truncates it and writes new bytes through the same open and
+closes; the other client, another thread, overwrites
+random files through the API, and now and then deletes one. Which side wins a race is not fixed, so the check is what must
 hold whatever the order (docs/SEMANTICS.md, "Conflicts"), once `dbxfs sync` has returned and
 the mount shows what the emulator holds:
 - the bytes of each side's last write of a file are still there, at the file's name or in one
   of its conflicted copies, except when the other side replaced them knowingly: the other
   client's last bytes may be gone only if the mount showed them to a local write that came
   after (that write replaced what it had seen); the mount's last bytes only if the other client
-  overwrote the file after that write's close returned (Dropbox took a later overwrite);
+  overwrote or deleted the file after that write's close returned (Dropbox took a later change);
+  an edit racing a delete brings the file back (docs/SEMANTICS.md, "Edited here, deleted
+  elsewhere");
 - nothing there was never written (no mixed or stale bytes), and every conflicted copy holds
   bytes the mount wrote;
 - the mount and the emulator agree.
 """
 
+import errno
 import os
 import random
 import subprocess
@@ -25,6 +29,7 @@ import time
 import pytest
 
 from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount
+from emulator import EmulatorError
 
 FILES = 5
 STEPS = 60
@@ -77,9 +82,16 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                         for step in range(STEPS):
                             time.sleep(other.random() * 0.03)
                             name = other.choice(names)
+                            started = time.monotonic()
+                            if other.random() < 0.1:
+                                try:
+                                    emu.api("files/delete_v2", {"path": "/c/" + name})
+                                except EmulatorError:   # not there: already deleted
+                                    continue
+                                remote[name].append((started, time.monotonic(), None))
+                                continue
                             data = f"remote {name} {step}\n".encode() * other.randint(1, 40)
                             written.add(data)
-                            started = time.monotonic()
                             emu.upload("/c/" + name, data, mode="overwrite")
                             remote[name].append((started, time.monotonic(), data))
                     except Exception as error:   # reported by the test's thread
@@ -90,16 +102,29 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                 try:
                     for step in range(STEPS):
                         name = rng.choice(names)
-                        try:
-                            seen = (folder / name).read_bytes()
-                        except OSError as error:
-                            raise AssertionError(f"reading {name} on the mount: {error}\n" + m.read_log()[-8000:])
                         data = f"local {name} {step}\n".encode() * rng.randint(1, 40)
                         written.add(data)
                         opened = time.monotonic()
-                        with open(folder / name, "wb") as f:
-                            f.write(data)
-                        local[name].append((opened, time.monotonic(), data, seen))
+                        # What this open shows is what its write replaces: read, then rewrite.
+                        try:
+                            fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
+                            try:
+                                seen = b""
+                                while chunk := os.read(fd, 1 << 16):
+                                    seen += chunk
+                                os.ftruncate(fd, 0)
+                                os.pwrite(fd, data, 0)
+                            finally:
+                                os.close(fd)
+                        except OSError as error:
+                            # A write through an open whose file the other client deleted after
+                            # the open fails with ENOENT (docs/SEMANTICS.md, "Edited here, deleted
+                            # elsewhere"): the write did not happen, and the test was told.
+                            deleted = any(d is None and started > opened - 0.5 for started, _, d in list(remote[name]))
+                            if error.errno == errno.ENOENT and deleted:
+                                continue
+                            raise AssertionError(f"rewriting {name} on the mount: {error}\n" + m.read_log()[-8000:])
+                        local[name].append((opened, time.monotonic(), data, seen or None))
                         time.sleep(rng.random() * 0.03)
                 finally:
                     thread.join()
@@ -113,7 +138,9 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                     time.sleep(0.5)
                     on_dropbox = emulator_listing(emu)
                 on_mount = mount_listing(folder)
-                assert on_mount == on_dropbox, (sorted(on_mount), sorted(on_dropbox), m.read_log()[-5000:])
+                differ = [f"{entry}: mount {on_mount.get(entry, b'(none)')[:24]!r}, Dropbox {on_dropbox.get(entry, b'(none)')[:24]!r}"
+                          for entry in sorted(set(on_mount) | set(on_dropbox)) if on_mount.get(entry) != on_dropbox.get(entry)]
+                assert not differ, "the mount and Dropbox differ a minute after sync:\n" + "\n".join(differ) + "\n" + m.read_log()[-5000:]
         finally:
             force_unmount(str(mnt))
 
@@ -133,7 +160,7 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                 if data not in contents and not replaced:
                     problems.append(f"{name}: the mount's last write ({data[:24]!r}, closed at {closed:.3f}) is gone; "
                                     f"kept: {sorted(kept)}")
-            if remote[name]:
+            if remote[name] and remote[name][-1][2] is not None:   # a delete keeps nothing
                 _, done, data = remote[name][-1]
                 seen_then_replaced = any(seen == data for _, _, _, seen in local[name])
                 if data not in contents and not seen_then_replaced:

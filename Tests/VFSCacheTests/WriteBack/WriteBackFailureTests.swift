@@ -26,6 +26,47 @@ import Testing
         #expect(eventually { fixture.stagingNames().isEmpty })   // once the commit events were handled
     }
 
+    /// Newer bytes written while our commit turns out to conflict (a writer that opened before the
+    /// conflict was shown) continue our version, not theirs: they must not be committed over
+    /// theirs. They were: the commit of the conflicted copy gave them the copy's rev as their
+    /// base, and the next commit of the path replaced the other client's version without a word
+    /// (test_no_silent_overwrite.py met it).
+    @Test func bytesWrittenWhileOurCommitConflictsNeverReplaceTheOtherVersion() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let opened = fixture.memory.externalWrite("/n.txt", bytes("base"))
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/n.txt", base: .revision(opened.rev!))
+        try file.write(at: 0, bytes("ours 1"))
+        fixture.memory.externalWrite("/n.txt", bytes("theirs"))   // another device, meanwhile
+        // The commit of our bytes as the conflicted copy is made, and its reply held until the
+        // writer below has begun.
+        let reached = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let armed = Atomic<Bool>(true)
+        fixture.probe.failAfter { operation, key in
+            if ["upload", "finishBatch"].contains(operation), key.contains("conflicted copy"),
+               armed.exchange(false, ordering: .relaxed) {
+                reached.signal()
+                _ = proceed.wait(timeout: .now() + 20)
+            }
+            return nil
+        }
+        _ = try engine.close(path: "/n.txt", staging: file)
+        #expect(reached.wait(timeout: .now() + 10) == .success)
+        // A writer opens on our version while the copy's reply is on its way.
+        #expect(try engine.beginWrite(path: "/n.txt", base: .revision(opened.rev!)) === file)
+        try file.truncate(to: 0)
+        try file.write(at: 0, bytes("ours 2"))
+        proceed.signal()
+        #expect(eventually { fixture.memory.allPaths().contains { $0.contains("conflicted copy") } })
+        let generation = try engine.close(path: "/n.txt", staging: file)
+        _ = try? engine.waitUntilCommitted(path: "/n.txt", staging: file, generation: generation, timeout: 10)
+        #expect(engine.waitForAll(deadline: Date().addingTimeInterval(10)).isEmpty)
+        #expect(fixture.memory.content("/n.txt") == bytes("theirs"))
+        let copies = fixture.memory.allPaths().filter { $0.contains("conflicted copy") }
+        #expect(copies.contains { fixture.memory.content($0) == bytes("ours 2") }, "copies: \(copies)")
+    }
+
     @Test func conflictedCopyNameGetsACounterWhenTaken() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         fixture.memory.externalWrite("/a.tar.gz", bytes("theirs"))
