@@ -8,7 +8,8 @@
 /// - nodes whose truth is local (`Node.local != .remote`, pending writes) are never overwritten
 ///   or removed by the feed: the write-back engine's conflict rule settles them at commit;
 /// - a batch fetched before one of the mount's own changes skips the paths that change touched
-///   (`LocalChangeLog`): the tree already has their newer state;
+///   (`LocalChangeLog`): the tree already has their newer state; a skipped change the tree does
+///   not show may be another client's, newer still, and is looked up again (`recheck`);
 /// - everything runs under `MetadataCache.lock`, like the listings.
 import Foundation
 
