@@ -226,6 +226,31 @@ import Testing
         #expect(!remote.allPaths().contains { $0.contains("conflicted copy") })
     }
 
+    /// Edited here, deleted elsewhere: the edit wins (docs/SEMANTICS.md). A handle opened before
+    /// another client deleted the file, writing only after the tree learned of the delete, failed
+    /// with ENOENT; the file comes back at its name with the version the handle opened plus the
+    /// write, as an edit begun before the delete does.
+    @Test func aWriteThroughAnOpenOfAFileDeletedElsewhereBringsItBack() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1000, seed: 61)
+        remote.externalWrite("/d/f.bin", old)
+        let w = try Writable(remote)
+        let folder = try w.vfs.lookup(parent: rootInode, name: "d").attributes.ino
+        let ino = try w.vfs.lookup(parent: folder, name: "f.bin").attributes.ino
+        let handle = try w.vfs.open(ino, flags: [.read, .write])
+        #expect(try w.vfs.read(ino, handle: handle.handle, offset: 0, size: 1000) == old)
+        remote.externalDelete("/d/f.bin")
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look finds it gone
+        #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: folder, name: "f.bin") }
+        let patch = testBytes(10, seed: 62)
+        try write(w.vfs, ino, handle.handle, at: 100, patch)
+        try close(w.vfs, ino, handle.handle)
+        w.sync()
+        let expected = Array(old[..<100]) + patch + Array(old[110...])
+        #expect(remote.content("/d/f.bin") == expected)
+        #expect(try w.vfs.lookup(parent: folder, name: "f.bin").attributes.size == 1000)
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

@@ -19,7 +19,6 @@ the mount shows what the emulator holds:
 - the mount and the emulator agree.
 """
 
-import errno
 import os
 import random
 import subprocess
@@ -117,12 +116,6 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                             finally:
                                 os.close(fd)
                         except OSError as error:
-                            # A write through an open whose file the other client deleted after
-                            # the open fails with ENOENT (docs/SEMANTICS.md, "Edited here, deleted
-                            # elsewhere"): the write did not happen, and the test was told.
-                            deleted = any(d is None and started > opened - 0.5 for started, _, d in list(remote[name]))
-                            if error.errno == errno.ENOENT and deleted:
-                                continue
                             raise AssertionError(f"rewriting {name} on the mount: {error}\n" + m.read_log()[-8000:])
                         local[name].append((opened, time.monotonic(), data, seen or None))
                         time.sleep(rng.random() * 0.03)

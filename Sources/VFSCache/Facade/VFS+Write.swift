@@ -239,7 +239,7 @@ extension VFS {
                 guard let current = file.staging else { throw .badFile }
                 staging = current
             } else {
-                guard var current = metadata.path(of: ino) else { throw .noEntry }
+                guard var current = metadata.path(of: ino) ?? reviveDeleted(handle) else { throw .noEntry }
                 staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView)
                 path = current
             }
@@ -263,6 +263,29 @@ extension VFS {
         }
         metadata.setLocal(ino, size: size, modified: Date())
         return written
+    }
+
+    /// A write (or truncate) through `handle`, whose file another client deleted after the open
+    /// and the tree dropped: the edit wins over the delete (docs/SEMANTICS.md, "Edited here,
+    /// deleted elsewhere"), so the file comes back at the name it was opened by, showing the
+    /// version the open read; the write then starts from that version, and its commit
+    /// (`update` of a deleted file) recreates it (`aWriteThroughAnOpenOfAFileDeletedElsewhereBringsItBack`).
+    /// Nil (the write fails with ENOENT, as before) for an open that never read Dropbox's bytes,
+    /// when the folder is gone too, or when something new has the name. The file's lock is held.
+    private func reviveDeleted(_ handle: WriteHandle) -> String? {
+        guard let opened = handle.remoteView, handle.file.staging == nil, !handle.file.unlinked,
+              var meta = metadata.node(handle.ino)?.file else { return nil }
+        meta.rev = opened.rev
+        meta.size = opened.size
+        meta.contentHash = opened.contentHash
+        do throws(Errno) {
+            try metadata.reattach(handle.ino, at: opened.path, file: meta)
+        } catch {
+            logger.info("\(opened.path) was deleted on Dropbox while open here; the write through that open fails: \(error)")
+            return nil
+        }
+        logger.info("\(opened.path) was deleted on Dropbox while open here for writing; it comes back with this open's write")
+        return opened.path
     }
 
     /// `staging.writePrefix`, but a write the cache disk had no room for is tried once more after
@@ -521,6 +544,8 @@ extension VFS {
 
     func setLocalAttributes(_ ino: InodeNumber, changes: AttributeChanges, handle id: HandleID?) throws(Errno) -> FileAttributes {
         let writeBack = try requireWriteBack()
+        let handle = id.flatMap { localFiles.handle($0) }.flatMap { $0.ino == ino && $0.mayWrite ? $0 : nil }
+        if changes.size != nil, metadata.path(of: ino) == nil, let handle { _ = handle.file.withLock { reviveDeleted(handle) } }
         let node = try metadata.refreshedNode(ino)
         guard let meta = node.file else {
             if changes.size != nil { throw .isDirectory }
@@ -528,7 +553,6 @@ extension VFS {
         }
         try requireWritableContent(node, changes.size != nil ? "truncate" : "set the time of")
         guard let path = metadata.path(of: ino) else { throw .noEntry }
-        let handle = id.flatMap { localFiles.handle($0) }.flatMap { $0.ino == ino && $0.mayWrite ? $0 : nil }
         let file = handle?.file ?? localFiles.file(ino)
         if let size = changes.size {
             try file.withLock { () throws(Errno) in

@@ -31,6 +31,27 @@ extension MetadataCache {
         }
     }
 
+    /// Puts a file node the tree dropped (deleted elsewhere) back at `path`, showing `file` (the
+    /// version an open of it read): for a write through that open, since an edit wins over a
+    /// delete. Throws ENOENT if the folder is gone, EEXIST if something else has the name now.
+    func reattach(_ ino: InodeNumber, at path: String, file: Node.FileMetadata) throws(Errno) {
+        try locked { table throws(Errno) in
+            guard var node = table[ino], node.parent == 0, !node.isDirectory else { throw .noEntry }
+            guard let parent = table.resolve(path: InodeTable.parentPath(path)), table[parent]?.isDirectory == true else {
+                throw .noEntry
+            }
+            let name = String(path.split(separator: "/").last ?? "")
+            let key = InodeTable.key(name)
+            guard !name.isEmpty, table.child(of: parent, key: key) == nil else { throw .exists }
+            node.parent = parent
+            node.name = name
+            node.kind = .file(file)
+            table.nodes[ino] = node
+            table.nodes[parent]!.children[key] = ino
+            table.clearNegative(key, in: parent)
+        }
+    }
+
     /// A folder made by mkdir, before Dropbox has it (its creation is queued), with one lookup
     /// reference. A queued operation's pending paths keep listings and the feed from removing it;
     /// it counts as listed (it is empty), so lookups inside it ask nobody. A folder already there
