@@ -168,6 +168,18 @@ import Testing
         #expect(throws: Errno.noEntry) { _ = try w.vfs.lookup(parent: folder, name: "f.txt") }
     }
 
+    /// `bytes` at `path` on Dropbox, a writable mount, and a handle of the file opened for reading
+    /// and writing that has read them all: an open that read one version before something changed.
+    private func openedAndRead(_ path: String, _ bytes: [UInt8]) throws -> (remote: InMemoryRemote, w: Writable, ino: InodeNumber, handle: HandleID) {
+        let remote = InMemoryRemote()
+        remote.externalWrite(path, bytes)
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve(path)
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        #expect(try w.vfs.read(ino, handle: handle, offset: 0, size: bytes.count) == bytes)
+        return (remote, w, ino, handle)
+    }
+
     /// "A file opened at rev R is committed as update R" (docs/SEMANTICS.md, "Conflicts"): a
     /// handle that opened the file at R and read it writes a change computed from R. If another
     /// client changed the file meanwhile and the tree learned it before the handle's first
@@ -175,20 +187,15 @@ import Testing
     /// written into another) nor replace it: our version is R with the change, kept as a
     /// conflicted copy, and the path keeps theirs.
     @Test func aHandleOpenedAtOneRevisionWritesOnThatRevisionNotOnALaterOne() throws {
-        let remote = InMemoryRemote()
         let mine = testBytes(1000, seed: 41)
-        remote.externalWrite("/db.bin", mine)
-        let w = try Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "db.bin").attributes.ino
-        let handle = try w.vfs.open(ino, flags: [.read, .write])
-        #expect(try w.vfs.read(ino, handle: handle.handle, offset: 0, size: 1000) == mine)
+        let (remote, w, ino, handle) = try openedAndRead("/db.bin", mine)
         let theirs = testBytes(1000, seed: 42)
         remote.externalWrite("/db.bin", theirs)
         Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
         _ = try w.vfs.getattr(ino)
         let page = testBytes(100, seed: 43)
-        try write(w.vfs, ino, handle.handle, at: 200, page)
-        try close(w.vfs, ino, handle.handle)
+        try write(w.vfs, ino, handle, at: 200, page)
+        try close(w.vfs, ino, handle)
         w.sync()
         w.vfs.writeBack!.deliverPendingEvents()
         let expected = Array(mine[..<200]) + page + Array(mine[300...])
@@ -203,13 +210,8 @@ import Testing
     /// it. Then the handle writes on it, as two descriptors of one file on a local disk do, and
     /// no conflicted copy is made.
     @Test func aHandleOpenedBeforeAnotherHandlesCommitWritesOnThatCommit() throws {
-        let remote = InMemoryRemote()
         let first = testBytes(1000, seed: 51)
-        remote.externalWrite("/shared.bin", first)
-        let w = try Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "shared.bin").attributes.ino
-        let a = try w.vfs.open(ino, flags: [.read, .write])
-        #expect(try w.vfs.read(ino, handle: a.handle, offset: 0, size: 1000) == first)
+        let (remote, w, ino, a) = try openedAndRead("/shared.bin", first)
         let b = try w.vfs.open(ino, flags: [.read, .write])
         let fromB = testBytes(50, seed: 52)
         try write(w.vfs, ino, b.handle, at: 0, fromB)
@@ -219,8 +221,8 @@ import Testing
         Thread.sleep(forTimeInterval: 0.6)
         _ = try w.vfs.getattr(ino)
         let fromA = testBytes(50, seed: 53)
-        try write(w.vfs, ino, a.handle, at: 500, fromA)
-        try close(w.vfs, ino, a.handle)
+        try write(w.vfs, ino, a, at: 500, fromA)
+        try close(w.vfs, ino, a)
         w.sync()
         #expect(remote.content("/shared.bin") == fromB + Array(first[50..<500]) + fromA + Array(first[550...]))
         #expect(!remote.allPaths().contains { $0.contains("conflicted copy") })
@@ -231,20 +233,15 @@ import Testing
     /// with ENOENT; the file comes back at its name with the version the handle opened plus the
     /// write, as an edit begun before the delete does.
     @Test func aWriteThroughAnOpenOfAFileDeletedElsewhereBringsItBack() throws {
-        let remote = InMemoryRemote()
         let old = testBytes(1000, seed: 61)
-        remote.externalWrite("/d/f.bin", old)
-        let w = try Writable(remote)
-        let folder = try w.vfs.lookup(parent: rootInode, name: "d").attributes.ino
-        let ino = try w.vfs.lookup(parent: folder, name: "f.bin").attributes.ino
-        let handle = try w.vfs.open(ino, flags: [.read, .write])
-        #expect(try w.vfs.read(ino, handle: handle.handle, offset: 0, size: 1000) == old)
+        let (remote, w, ino, handle) = try openedAndRead("/d/f.bin", old)
+        let folder = try w.vfs.resolve("/d")
         remote.externalDelete("/d/f.bin")
         Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look finds it gone
         #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: folder, name: "f.bin") }
         let patch = testBytes(10, seed: 62)
-        try write(w.vfs, ino, handle.handle, at: 100, patch)
-        try close(w.vfs, ino, handle.handle)
+        try write(w.vfs, ino, handle, at: 100, patch)
+        try close(w.vfs, ino, handle)
         w.sync()
         let expected = Array(old[..<100]) + patch + Array(old[110...])
         #expect(remote.content("/d/f.bin") == expected)

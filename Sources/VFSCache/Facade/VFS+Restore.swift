@@ -68,7 +68,7 @@ extension VFS {
             for folder in created {
                 invalidations += [.entry(parent: folder.parent, name: folder.name), .inode(folder.parent)]
             }
-            let name = String(path.split(separator: "/").last ?? "")
+            let name = InodeTable.lastName(path)
             if let existing = table.child(of: parent, key: InodeTable.key(name)), let current = table[existing] {
                 // Written since the check: that write's commit (an update of the old rev) meets the
                 // restored one and becomes a conflicted copy; the tree keeps its local bytes till then.

@@ -274,18 +274,24 @@ extension VFS {
     /// when the folder is gone too, or when something new has the name. The file's lock is held.
     private func reviveDeleted(_ handle: WriteHandle) -> String? {
         guard let opened = handle.remoteView, handle.file.staging == nil, !handle.file.unlinked,
-              var meta = metadata.node(handle.ino)?.file else { return nil }
-        meta.rev = opened.rev
-        meta.size = opened.size
-        meta.contentHash = opened.contentHash
+              let meta = metadata.node(handle.ino)?.file else { return nil }
         do throws(Errno) {
-            try metadata.reattach(handle.ino, at: opened.path, file: meta)
+            try metadata.reattach(handle.ino, at: opened.path, file: Self.version(readBy: opened, from: meta))
         } catch {
             logger.info("\(opened.path) was deleted on Dropbox while open here; the write through that open fails: \(error)")
             return nil
         }
         logger.info("\(opened.path) was deleted on Dropbox while open here for writing; it comes back with this open's write")
         return opened.path
+    }
+
+    /// `meta` as the version `opened` read: its rev, size and content hash (the rest is the tree's).
+    private static func version(readBy opened: OpenFile, from meta: Node.FileMetadata) -> Node.FileMetadata {
+        var version = meta
+        version.rev = opened.rev
+        version.size = opened.size
+        version.contentHash = opened.contentHash
+        return version
     }
 
     /// `staging.writePrefix`, but a write the cache disk had no room for is tried once more after
@@ -367,9 +373,7 @@ extension VFS {
         if let openedAt, file.staging == nil, node.local == .remote, !openedAt.rev.isEmpty, openedAt.rev != tree.rev,
            !writeBack.isOwnCommit(path: path, rev: tree.rev) {
             opened = openedAt
-            meta.rev = openedAt.rev
-            meta.size = openedAt.size
-            meta.contentHash = openedAt.contentHash
+            meta = Self.version(readBy: openedAt, from: tree)
             logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
         }
         let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)

@@ -276,4 +276,9 @@ struct InodeTable {
         guard let slash = path.lastIndex(of: "/") else { return "" }
         return String(path[..<slash])
     }
+
+    /// The last name of `path` ("" for the root).
+    static func lastName(_ path: String) -> String {
+        String(path.split(separator: "/").last ?? "")
+    }
 }

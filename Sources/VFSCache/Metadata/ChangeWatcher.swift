@@ -287,23 +287,22 @@ public final class ChangeWatcher: Sendable {
     /// to one of the mount's own while the tree shows something else are then looked up again
     /// (`AppliedChanges.recheck`: `aRemoteChangeSkippedForAnOwnChangeIsLookedUpAgain`).
     private func apply(_ changes: [RemoteChange], from previous: String, cursor: String, since stamp: LocalChangeLog.Stamp) -> Bool {
-        var recheck: [String] = []
-        let done = applyBatch(changes, from: previous, cursor: cursor, since: stamp, recheck: &recheck)
+        guard let recheck = applyBatch(changes, from: previous, cursor: cursor, since: stamp) else { return false }
         if !recheck.isEmpty {
             log.debug("looking up again \(recheck.count) path(s) whose change gave way to one of the mount's own")
             vfs.metadata.refreshFromDropbox(recheck)
             let inodes = vfs.metadata.locked { table in recheck.compactMap { table.resolve(path: $0) } }
             if !inodes.isEmpty { sink.invalidate(inodes.map { .inode($0) }) }
         }
-        return done
+        return true
     }
 
-    private func applyBatch(_ changes: [RemoteChange], from previous: String, cursor: String, since stamp: LocalChangeLog.Stamp,
-                            recheck: inout [String]) -> Bool {
-        applying.withLock { _ in
-            guard !stopping else { return true }
-            guard let result = vfs.metadata.applyFeed(changes, cursor: cursor, since: stamp) else { return false }
-            recheck = result.recheck
+    /// `apply` under `applying`: the paths to look up again, nil if the batch must be fetched again.
+    private func applyBatch(_ changes: [RemoteChange], from previous: String, cursor: String,
+                            since stamp: LocalChangeLog.Stamp) -> [String]? {
+        applying.withLock { _ -> [String]? in
+            guard !stopping else { return [] }
+            guard let result = vfs.metadata.applyFeed(changes, cursor: cursor, since: stamp) else { return nil }
             for stale in result.staleRevs { vfs.blocks.purge(fileID: stale.fileID, rev: stale.rev) }
             if !result.invalidations.isEmpty { sink.invalidate(result.invalidations) }
             save(changes, from: previous, to: cursor)
@@ -317,7 +316,7 @@ public final class ChangeWatcher: Sendable {
                 log.debug("applied \(result.applied.count) of \(changes.count) remote changes, \(result.invalidations.count) kernel invalidations")
                 vfs.noteTreeChanged()
             }
-            return true
+            return result.recheck
         }
     }
 

@@ -40,7 +40,7 @@ extension MetadataCache {
             guard let parent = table.resolve(path: InodeTable.parentPath(path)), table[parent]?.isDirectory == true else {
                 throw .noEntry
             }
-            let name = String(path.split(separator: "/").last ?? "")
+            let name = InodeTable.lastName(path)
             let key = InodeTable.key(name)
             guard !name.isEmpty, table.child(of: parent, key: key) == nil else { throw .exists }
             node.parent = parent
