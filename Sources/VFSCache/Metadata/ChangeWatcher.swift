@@ -289,7 +289,7 @@ public final class ChangeWatcher: Sendable {
     private func apply(_ changes: [RemoteChange], from previous: String, cursor: String, since stamp: LocalChangeLog.Stamp) -> Bool {
         guard let recheck = applyBatch(changes, from: previous, cursor: cursor, since: stamp) else { return false }
         if !recheck.isEmpty {
-            log.debug("looking up again \(recheck.count) path(s) whose change gave way to one of the mount's own")
+            log.debug("looking up again what the feed said of \(recheck.count) paths whose change gave way to one of the mount's own")
             vfs.metadata.refreshFromDropbox(recheck)
             let inodes = vfs.metadata.locked { table in recheck.compactMap { table.resolve(path: $0) } }
             if !inodes.isEmpty { sink.invalidate(inodes.map { .inode($0) }) }
