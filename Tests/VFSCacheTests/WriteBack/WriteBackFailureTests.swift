@@ -182,6 +182,32 @@ import Testing
         #expect(engine.failure(path: "/full.txt") == nil)   // no file of that name any more
     }
 
+    /// fsync journals a held close (one the journal could not take) of the file its descriptor
+    /// writes, wherever a rename from another thread moved it since the facade read its path. By
+    /// path, fsync found no held close there and reported success with the bytes unjournaled.
+    @Test func fsyncJournalsAHeldCloseOfAFileRenamedSinceItsPathWasRead() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine { $0.hardFailureRetryDelay = 600 }; defer { engine.shutdown(drainUntil: nil) }
+        let file = try engine.beginWrite(path: "/held.txt", base: .newFile)
+        try file.write(at: 0, bytes("kept"))
+        // The journal refuses writes, as SQLite does on a full cache disk: the close is held.
+        try engine.journal.database.execute("PRAGMA query_only = 1")
+        #expect(throws: Errno.self) { try engine.close(path: "/held.txt", staging: file) }
+        try engine.rename(from: "/held.txt", to: "/moved.txt") { () throws(Errno) -> [String: WriteBase] in [:] }
+        // The rename makes the held close due at once; that retry fails too (the journal still
+        // refuses) and sets the next one far off. Only then may the journal take writes again.
+        #expect(eventually {
+            engine.condition.lock(); defer { engine.condition.unlock() }
+            let next = engine.files["/moved.txt"]?.notBefore ?? .distantPast
+            return next > Date().addingTimeInterval(60) && next < .distantFuture
+        })
+        try engine.journal.database.execute("PRAGMA query_only = 0")
+        let generation = try #require(try engine.retryClose(path: "/held.txt", staging: file))
+        try engine.waitUntilCommitted(path: "/moved.txt", staging: file, generation: generation, timeout: 10)
+        #expect(fixture.memory.content("/moved.txt") == bytes("kept"))
+        #expect(fixture.memory.content("/held.txt") == nil)
+    }
+
     /// Dropbox's no_write_permission (a read-only shared folder) is not a failure time fixes:
     /// the file is kept and reported as refused, and not retried until it is moved (issue 13).
     @Test func noWritePermissionIsRefusedKeptAndNotRetried() throws {
