@@ -68,6 +68,9 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// path keys they touch (uploads there wait for them).
     var namespaceOperations: [NamespaceOperation] = []
     var namespaceKeys = PathOverlapSet()
+    /// While a namespace batch gathers: when it closes at the earliest, and the `urgentThrough`
+    /// it was gathered under (NamespaceDispatcher.swift, "Gathering").
+    var namespaceGathering: (until: Date, urgentThrough: UInt64)?
     /// Operations read back from the journal wait until the facade showed them on the mount
     /// (`holdRecoveredNamespaceOperations`, `releaseRecoveredNamespaceOperations`).
     var namespaceHeld = false

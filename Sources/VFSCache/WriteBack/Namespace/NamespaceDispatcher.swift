@@ -52,6 +52,9 @@ extension WriteBackEngine {
                 // Waiting for the facade's overlay at start (or dead).
             } else if pausedUntil > now {
                 wake = min(wake, pausedUntil)
+            } else if let gathering = namespaceGathering, gathering.until > now, gathering.urgentThrough == urgentThrough,
+                      namespaceOperations.count < configuration.maxNamespaceBatch {
+                wake = min(wake, gathering.until)
             } else if let batch = nextNamespaceBatch(now: now, wake: &wake) {
                 let sequences = Set(batch.map(\.sequence))
                 for index in namespaceOperations.indices where sequences.contains(namespaceOperations[index].sequence) {
@@ -68,7 +71,15 @@ extension WriteBackEngine {
     }
 
     /// The next batch to send, or nil (then `wake` says when to look again).
+    ///
+    /// Gathering: the scan costs a pass over every queued operation, and each operation the
+    /// facade journals wakes this loop, so `rm -rf` of 1000 files scanned the queue 1000 times
+    /// while its batch gathered (a core busy for a second, most of it here). While a batch
+    /// gathers, a new operation can only make it close later, never sooner, unless it fills the
+    /// batch or someone starts waiting (`urgentThrough`): so the loop scans again only when the
+    /// window it found has passed, or then.
     private func nextNamespaceBatch(now: Date, wake: inout Date) -> [NamespaceOperation]? {
+        namespaceGathering = nil
         var batch: [NamespaceOperation] = []
         var kind: NamespaceOperationKind?
         var batchKeys = PathOverlapSet()
@@ -105,6 +116,7 @@ extension WriteBackEngine {
                               oldest.addingTimeInterval(configuration.namespaceMaxGather))
             if closeAt > now {
                 wake = min(wake, closeAt)
+                namespaceGathering = (closeAt, urgentThrough)
                 return nil
             }
         }

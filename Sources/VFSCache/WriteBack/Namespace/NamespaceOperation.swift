@@ -139,13 +139,16 @@ struct PathOverlapSet {
         return Self.ancestors(of: key).contains { keys[$0] != nil }
     }
 
-    /// "/a/b/c" → "/a/b", "/a" (the root, "", is nobody's business here).
+    /// "/a/b/c" → "/a/b", "/a" (the root, "", is nobody's business here). On the UTF-8 bytes:
+    /// "/" is one byte that never occurs inside another character's, and a walk by Characters
+    /// (grapheme breaking) was most of the dispatcher's time.
     static func ancestors(of key: String) -> [String] {
         var result: [String] = []
-        var current = Substring(key)
-        while let slash = current.lastIndex(of: "/"), slash != current.startIndex {
-            current = current[..<slash]
-            result.append(String(current))
+        let utf8 = key.utf8
+        var end = utf8.endIndex
+        while let slash = utf8[..<end].lastIndex(of: UInt8(ascii: "/")), slash != utf8.startIndex {
+            end = slash
+            result.append(String(Substring(utf8[..<slash])))
         }
         return result
     }
