@@ -4,7 +4,8 @@ another client overwrites the same files on Dropbox at the same moments.
 The local side, one thread, picks a file, opens it on the mount, reads it through that open
 (what the mount showed it), then truncates it and writes new bytes through the same open and
 closes; the other client, another thread, overwrites
-random files through the API, and now and then deletes one. Which side wins a race is not fixed, so the check is what must
+random files through the API, and now and then deletes one or moves it to a new name of its own
+(`f1.txt.moved-7`), which it never touches again. Which side wins a race is not fixed, so the check is what must
 hold whatever the order (docs/SEMANTICS.md, "Conflicts"), once `dbxfs sync` has returned and
 the mount shows what the emulator holds:
 - the bytes of each side's last write of a file are still there, at the file's name or in one
@@ -13,7 +14,8 @@ the mount shows what the emulator holds:
   after (that write replaced what it had seen); the mount's last bytes only if the other client
   overwrote or deleted the file after that write's close returned (Dropbox took a later change);
   an edit racing a delete brings the file back (docs/SEMANTICS.md, "Edited here, deleted
-  elsewhere");
+  elsewhere"); a move takes a file's bytes along, so they may also be at a name it was moved to
+  (or in a conflicted copy of one);
 - nothing there was never written (no mixed or stale bytes), and every conflicted copy holds
   bytes the mount wrote;
 - the mount and the emulator agree.
@@ -35,10 +37,12 @@ STEPS = 60
 
 
 def versions(listing, name):
-    """The entries of `listing` (name → bytes) that are `name` or one of its conflicted copies."""
+    """The entries of `listing` (name → bytes) that hold a version of `name`: itself, a name the
+    other client moved it to (`name.moved-N`), or a conflicted copy of either."""
     stem, ext = os.path.splitext(name)
     return {entry: data for entry, data in listing.items()
-            if entry == name or (entry.startswith(stem + " (") and entry.endswith(ext))}
+            if entry == name or (entry.startswith(stem + " (") and entry.endswith(ext))
+            or entry.startswith(name + ".moved-") or entry.startswith(name + " (")}
 
 
 def mount_listing(folder):
@@ -70,6 +74,7 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
         mnt.mkdir()
         local = {name: [] for name in names}    # (opened at, closed at, bytes, bytes seen before)
         remote = {name: [] for name in names}   # (started at, done at, bytes)
+        moved = {name: [] for name in names}    # (started at, done at) of the other client's moves
         failures = []
         try:
             with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env()) as m:
@@ -82,12 +87,20 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                             time.sleep(other.random() * 0.03)
                             name = other.choice(names)
                             started = time.monotonic()
-                            if other.random() < 0.1:
+                            dice = other.random()
+                            if dice < 0.1:
                                 try:
                                     emu.api("files/delete_v2", {"path": "/c/" + name})
-                                except EmulatorError:   # not there: already deleted
+                                except EmulatorError:   # not there: already deleted or moved
                                     continue
                                 remote[name].append((started, time.monotonic(), None))
+                                continue
+                            if dice < 0.2:
+                                try:
+                                    emu.api("files/move_v2", {"from_path": "/c/" + name, "to_path": f"/c/{name}.moved-{step}"})
+                                except EmulatorError:   # not there: already deleted or moved
+                                    continue
+                                moved[name].append((started, time.monotonic()))
                                 continue
                             data = f"remote {name} {step}\n".encode() * other.randint(1, 40)
                             written.add(data)
@@ -145,7 +158,7 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
             for entry, data in kept.items():
                 if data not in written:
                     problems.append(f"{entry}: bytes nobody wrote: {data[:40]!r}")
-                if entry != name and data not in ours:
+                if entry != name and ".moved-" not in entry and data not in ours:
                     problems.append(f"{entry}: a conflicted copy of bytes the mount did not write: {data[:40]!r}")
             if local[name]:
                 _, closed, data, _ = local[name][-1]
@@ -159,7 +172,7 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                 if data not in contents and not seen_then_replaced:
                     problems.append(f"{name}: the other client's last write ({data[:24]!r}, done at {done:.3f}) is gone "
                                     f"though no local write saw it; kept: {sorted(kept)}")
-        copies = [entry for entry in on_dropbox if entry not in names]
+        copies = [entry for entry in on_dropbox if entry not in names and ".moved-" not in entry]
         print(f"seed {seed}: {len(copies)} conflicted copies, {sum(map(len, local.values()))} local and "
-              f"{sum(map(len, remote.values()))} remote writes")
+              f"{sum(map(len, remote.values()))} remote writes, {sum(map(len, moved.values()))} moves")
         assert not problems, "\n".join(problems)
