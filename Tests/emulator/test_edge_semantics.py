@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import socket
-import tempfile
 import time
 
 import pytest
@@ -22,8 +21,8 @@ TOKEN = "edge-token"
 
 
 @pytest.fixture(scope="module")
-def seed_dir():
-    d = tempfile.mkdtemp(prefix="emu-seed-")
+def seed_dir(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("emu-seed"))
     os.makedirs(os.path.join(d, "many"))
     for i in range(1200):
         with open(os.path.join(d, "many", f"f{i:05d}.txt"), "w") as f:
@@ -38,8 +37,8 @@ def seed_dir():
 
 
 @pytest.fixture(scope="module")
-def plain(seed_dir):
-    data = tempfile.mkdtemp(prefix="emu-edge-")
+def plain(seed_dir, tmp_path_factory):
+    data = str(tmp_path_factory.mktemp("emu-edge"))
     emu = Emulator(os.path.join(data, "data"), token=TOKEN, seed=seed_dir)
     emu.start()
     yield emu

@@ -38,6 +38,7 @@ when `log_dir` is not given.
 import atexit
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -115,6 +116,8 @@ class Emulator:
         if self.tls:
             if self.ca_file is None:
                 cert_dir = tempfile.mkdtemp(prefix="emu-cert-")
+                # Kept across restart(); gone when the test run ends.
+                atexit.register(shutil.rmtree, cert_dir, True)
                 self.ca_file, self._key_file = make_certificate(cert_dir)
                 self._ssl_context = ssl.create_default_context(cafile=self.ca_file)
             cmd += ["--tls-cert", self.ca_file, "--tls-key", self._key_file]
