@@ -102,8 +102,9 @@ class Results:
 
     def limit(self, profile, key):
         runs = self.limits.get((profile, key), [])
-        texts = [limit.text for limit in runs if limit.text]
-        return median([limit.value for limit in runs]), (texts[len(texts) // 2] if texts else "")
+        # The text of the run whose value is the median, so "1.2× = …" matches the figure beside it.
+        by_value = sorted((limit for limit in runs if limit.text), key=lambda limit: limit.value)
+        return median([limit.value for limit in runs]), (by_value[len(by_value) // 2].text if by_value else "")
 
 
 def ratio(row, dbxfs, other):
