@@ -99,7 +99,7 @@ extension VFS {
 
 extension DiskBlockCache {
     /// Array conveniences for tests (the cache itself works on raw buffers).
-    func write(_ key: BlockKey, _ bytes: [UInt8]) { bytes.withUnsafeBytes { write(key, $0) } }
+    @discardableResult func write(_ key: BlockKey, _ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { write(key, $0) } }
     func readArray(_ key: BlockKey, length: Int) -> [UInt8]? {
         guard let buffer = read(key, length: length) else { return nil }
         defer { CachedBlock.releaseStorage(buffer) }
