@@ -10,8 +10,10 @@ DROPBOX_WEB_HOST once, when `dropbox` is first imported, and always speaks https
 module must be imported before `dropbox` (conftest.py does that).
 """
 
+import atexit
 import hashlib
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -23,6 +25,8 @@ from emulator import make_certificate  # noqa: E402
 
 APP_KEY = "test-app-key"
 WORK_DIR = tempfile.mkdtemp(prefix="emu-suite-")
+# Gone when the run ends, also when no test used the suite's emulator (conftest removes it then).
+atexit.register(shutil.rmtree, WORK_DIR, True)
 CERT, KEY = make_certificate(WORK_DIR)
 
 
