@@ -97,7 +97,7 @@ extension MetadataCache {
                 var created: [(parent: InodeNumber, name: String)] = []
                 guard let newParent = table.folderCreatingMissing(path: InodeTable.parentPath(target), generation: 0, created: &created),
                       newParent != ino else { return }
-                let name = String(target[target.index(after: target.lastIndex(of: "/") ?? target.startIndex)...])
+                let name = InodeTable.lastName(target)
                 let key = InodeTable.key(name)
                 if let existing = table.child(of: newParent, key: key), existing != ino { table.detach(existing) }
                 if node.parent != 0 { table.nodes[node.parent]?.children[node.key] = nil }

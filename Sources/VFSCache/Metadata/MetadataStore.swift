@@ -88,7 +88,7 @@ public final class MetadataStore: Sendable {
         var entries: [RemoteEntry] = []
         try database.forEachRow("SELECT * FROM entries ORDER BY path_lower") { row in
             let display = row.text("path_display") ?? ""
-            let name = String(display[display.index(after: display.lastIndex(of: "/") ?? display.startIndex)...])
+            let name = InodeTable.lastName(display)
             let kind: RemoteEntry.Kind
             if row.bool("folder") {
                 kind = .folder

@@ -24,7 +24,7 @@ extension WriteBackEngine {
     public func renameChangingCase(from: String, to: String, using remote: any RemoteStore) throws(RemoteError) -> RemoteEntry {
         resumeCaseRenames(using: remote)
         let folder = InodeTable.parentPath(to)
-        let name = String(to[to.index(after: to.lastIndex(of: "/") ?? to.startIndex)...])
+        let name = InodeTable.lastName(to)
         var attempt = 0
         while true {
             attempt += 1
