@@ -12,6 +12,7 @@ import mmap
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -285,3 +286,61 @@ def test_a_mapping_written_after_its_descriptor_closed_lands_on_dropbox(pt, opti
     sync(m, mnt)
     assert_on_dropbox(emu, "/mapped.bin", bytes(model))
     assert path.read_bytes() == bytes(model)
+
+
+def upload_calls(emu):
+    requests = emu.stats()["requests"]
+    return {name: requests.get(f"files/upload_session/{name}", 0) for name in ("start", "append_v2", "finish_batch_v2")}
+
+
+def write_slowly(fd, data, piece=4 << 20, pause=0.08):
+    """Appends `data` a piece at a time, pausing so the daemon's looks (every 50 ms) see it grow."""
+    for i in range(0, len(data), piece):
+        os.write(fd, data[i:i + piece])
+        time.sleep(pause)
+
+
+def test_a_large_file_the_kernel_writes_is_uploaded_while_it_is_written(pt):
+    """Kernel streams (StreamingUpload.swift): the settled 16 MiB chunks of a file the kernel
+    writes go to Dropbox before close, in the session the commit then uses."""
+    emu, mount = pt
+    m, mnt = mount()
+    emu.reset_stats()
+    data = os.urandom(64 << 20)
+    fd = os.open(mnt / "streamed.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_slowly(fd, data)
+        require_passthrough(m, mnt / "streamed.bin")
+        wait_until(lambda: upload_calls(emu)["append_v2"] >= 3, timeout=30)
+        before_close = upload_calls(emu)
+    finally:
+        os.close(fd)
+    assert before_close["finish_batch_v2"] == 0
+    sync(m, mnt)
+    assert_on_dropbox(emu, "/streamed.bin", data)
+    # One session, each chunk sent once: three while written, the closing one after.
+    assert upload_calls(emu) == {"start": 1, "append_v2": 4, "finish_batch_v2": 1}, m.read_log()[-3000:]
+
+
+def test_a_writer_that_patches_the_start_before_close_lands_with_the_bytes_at_close(pt):
+    """The chunks sent while the file was written hold the old start; Dropbox would commit them as
+    they are (it checks no whole-file hash at finish). The upload sees the file changed under
+    them and sends it again: one commit, with the bytes at close."""
+    emu, mount = pt
+    m, mnt = mount()
+    emu.reset_stats()
+    data = bytearray(os.urandom(64 << 20))
+    fd = os.open(mnt / "patched.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_slowly(fd, bytes(data))
+        require_passthrough(m, mnt / "patched.bin")
+        wait_until(lambda: upload_calls(emu)["append_v2"] >= 1, timeout=30)
+        os.pwrite(fd, b"PATCHED HEADER", 10)
+        data[10:24] = b"PATCHED HEADER"
+    finally:
+        os.close(fd)
+    sync(m, mnt)
+    assert_on_dropbox(emu, "/patched.bin", bytes(data))
+    calls = upload_calls(emu)
+    assert calls["finish_batch_v2"] == 1 and calls["start"] == 2, (calls, m.read_log()[-3000:])
+    assert "changed before its close; sending it again" in m.read_log()

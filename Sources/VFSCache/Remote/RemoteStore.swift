@@ -93,7 +93,9 @@ public struct RemoteCommit: Sendable, Equatable {
     public var path: String
     public var mode: RemoteWriteMode
     public var clientModified: Date?
-    /// Content hash of the whole file; the server refuses the commit if the bytes differ.
+    /// Content hash of the whole file. Dropbox checks it against the body of `upload` only, not
+    /// against a session's bytes at finish (files.stone `UploadSessionFinishArg.content_hash`
+    /// covers the finish call's own body): the engine compares the hash Dropbox answers.
     public var contentHash: String?
     public init(path: String, mode: RemoteWriteMode, clientModified: Date? = nil, contentHash: String? = nil) {
         self.path = path; self.mode = mode; self.clientModified = clientModified; self.contentHash = contentHash
@@ -178,6 +180,10 @@ public protocol RemoteStore: Sendable {
     /// Appends bytes [offset, offset+length) of `file` to the session. `close` marks the last append.
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool,
                        progress: RemoteProgress?) throws(RemoteError)
+    /// Appends `bytes` (read into memory by the caller) at `offset`, with their content hash:
+    /// Dropbox refuses them (`content_hash_mismatch`) if it received other bytes, so the caller
+    /// knows exactly what the session holds (files.stone `UploadSessionAppendArg.content_hash`).
+    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError)
     /// A whole small file in a sequential session, closed, ready for `finishBatch`: with Dropbox
     /// one `upload_session/start` carrying the bytes and `close: true`. Has a default
     /// implementation (start, then one closing append).

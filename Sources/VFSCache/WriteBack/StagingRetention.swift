@@ -30,6 +30,13 @@ extension WriteBackEngine {
         guard let dirty = dirtyFile(path: path, staging: file), dirty.file === file else { return false }
         dirty.kernelOpens += 1
         dirty.retainedCommit?.servedByKernel = true
+        // The daemon will not see this open's writes: what it hashed or streamed from the
+        // facade's writes can no longer be trusted (a kernel stream checks its own chunks).
+        if let prefix = dirty.prefixHash { prefix.invalid = true; dirty.prefixHash = nil }
+        if let stream = dirty.streaming, !stream.fromKernel, !stream.handedOver {
+            stream.cancelled.store(true, ordering: .relaxed)
+            stream.failed = true
+        }
         stagingWriteback.watch(file)
         return true
     }

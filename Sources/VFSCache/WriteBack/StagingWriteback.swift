@@ -8,6 +8,11 @@
 /// reads each file's size (fstat) and, once `threshold` bytes were added since the last start,
 /// starts the writeback of those bytes (sync_file_range, never waiting). The daemon sees nothing
 /// of the kernel's writes, so growth is all it can go by.
+///
+/// The same look tells the engine how far such a file has settled, so it can upload a file the
+/// kernel writes while it is written (StreamingUpload.swift, "kernel streams"): the bytes below the
+/// size seen one look earlier, but only while the file keeps growing (a file set to its final
+/// size first and filled in afterwards never settles).
 import Foundation
 import Synchronization
 
@@ -18,6 +23,9 @@ final class StagingWriteback: Sendable {
         var opens: Int
         /// Where the next start begins: every byte below was handed to the disk.
         var startedUpTo: UInt64
+        /// The size at the last look, and the settled prefix reported so far.
+        var lastSize: UInt64 = 0
+        var settled: UInt64 = 0
     }
 
     private struct State {
@@ -31,18 +39,27 @@ final class StagingWriteback: Sendable {
     private let interval: TimeInterval
     private let threshold: UInt64
     private let state = Mutex(State())
+    /// Told each time a watched file grew or shrank: (file, settled prefix, size). Set once by the
+    /// engine, before anything is watched.
+    private let growth = Mutex<(@Sendable (StagingFile, UInt64, UInt64) -> Void)?>(nil)
 
     /// - Parameters:
     ///   - interval: how often a watched file's size is read (seconds).
-    ///   - threshold: bytes added before their writeback is started (0: never start).
+    ///   - threshold: bytes added before their writeback is started (0: never start; the files are
+    ///     then watched only for `onGrowth`, if it was set).
     init(interval: TimeInterval, threshold: UInt64) {
         self.interval = interval
         self.threshold = threshold
     }
 
+    /// Sets who hears of a watched file's growth (see the top of the file).
+    func onGrowth(_ handler: @escaping @Sendable (_ file: StagingFile, _ settled: UInt64, _ size: UInt64) -> Void) {
+        growth.withLock { $0 = handler }
+    }
+
     /// An open the kernel serves from `file` began: watch it until the matching `unwatch`.
     func watch(_ file: StagingFile) {
-        guard threshold > 0 else { return }
+        guard threshold > 0 || growth.withLock({ $0 != nil }) else { return }
         let startThread = state.withLock { state -> Bool in
             state.watched[ObjectIdentifier(file), default: Watched(file: file, opens: 0, startedUpTo: 0)].opens += 1
             guard !state.threadRunning else { return false }
@@ -96,19 +113,26 @@ final class StagingWriteback: Sendable {
     private func startIfGrown(_ file: StagingFile) {
         guard let size = try? file.size() else { return }
         let key = ObjectIdentifier(file)
-        let range = state.withLock { state -> (from: UInt64, count: UInt64)? in
-            guard var watched = state.watched[key] else { return nil }
+        let look = state.withLock { state -> (range: (from: UInt64, count: UInt64)?, settled: UInt64?) in
+            guard var watched = state.watched[key] else { return (nil, nil) }
+            defer { state.watched[key] = watched }
+            var settled: UInt64?
+            if size != watched.lastSize {
+                // Growing: what was there a look ago has settled. Shrunk: the writer went back.
+                watched.settled = size > watched.lastSize ? max(watched.settled, watched.lastSize) : min(watched.settled, size)
+                watched.lastSize = size
+                settled = watched.settled
+            }
             // Truncated meanwhile: what is left below the new size was started already.
             let from = min(watched.startedUpTo, size)
             watched.startedUpTo = from
-            defer { state.watched[key] = watched }
-            guard size - from >= threshold else { return nil }
+            guard threshold > 0, size - from >= threshold else { return (nil, settled) }
             watched.startedUpTo = size
             state.bytesStarted += size - from
             state.starts += 1
-            return (from, size - from)
+            return ((from, size - from), settled)
         }
-        guard let range else { return }
-        file.startWriteback(from: range.from, count: range.count)
+        if let range = look.range { file.startWriteback(from: range.from, count: range.count) }
+        if let settled = look.settled, let handler = growth.withLock({ $0 }) { handler(file, settled, size) }
     }
 }

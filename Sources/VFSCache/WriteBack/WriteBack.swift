@@ -32,6 +32,10 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Bytes read to hash at commit time (for tests and benchmarks: with the prefix hashed while
     /// the file was written, only the tail should be).
     let bytesHashedAtCommit = Atomic<UInt64>(0)
+    /// Sessions kernel streams filled while a file was written (StreamingUpload.swift): used at
+    /// the upload after close, or dropped there because the file had changed under them.
+    let streamedSessionsUsed = Atomic<Int>(0)
+    let streamedSessionsDropped = Atomic<Int>(0)
     /// Bytes Dropbox confirmed receiving, over all transfers (only grows): `dbxfs status` derives
     /// the upload rate from it.
     let bytesSent = Atomic<UInt64>(0)
@@ -123,6 +127,9 @@ public final class WriteBackEngine: @unchecked Sendable {
             WriteBackLog.info("resuming \(operation.summary) (not done on Dropbox yet)")
         }
         namespaceHeld = configuration.holdRecoveredNamespaceOperations && !operations.isEmpty
+        if configuration.streamKernelWrites {
+            stagingWriteback.onGrowth { [weak self] file, settled, size in self?.noteKernelGrowth(file, settled: settled, size: size) }
+        }
         // A case-only rename that stopped halfway (CaseOnlyRename.swift) is finished in the
         // background: it needs the network, and the mount must not wait for it.
         if (try? journal.database.query("SELECT 1 FROM case_renames LIMIT 1").isEmpty) == false {
@@ -812,10 +819,16 @@ public final class WriteBackEngine: @unchecked Sendable {
                     // A session streamed while the file was written counts from its start, so the
                     // rate status shows is not inflated by the chunks sent before close.
                     var streamedSince: Date?
+                    var streamed: StreamedChunks?
                     if let stream = dirty.streaming {
                         // Appends still in flight from the writing phase: wait for them.
                         if stream.busy { continue }
                         if stream.handedOver && dirty.record?.sessionID != nil { streamedSince = stream.startedAt }
+                        if stream.handedOver, stream.fromKernel, !stream.failed, !stream.cancelled.load(ordering: .relaxed),
+                           let id = stream.sessionID, !stream.checkedChunks.isEmpty {
+                            streamed = StreamedChunks(sessionID: id, chunkSize: configuration.chunkSize,
+                                                      digests: stream.checkedChunks, startedAt: stream.startedAt)
+                        }
                         dirty.streaming = nil
                     }
                     if dirty.notBefore > now { wake = min(wake, dirty.notBefore); continue }
@@ -825,7 +838,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                     if UploadPlanner.isLarge(record, configuration: configuration) {
                         guard activeLargeUploads < configuration.maxConcurrentLargeUploads else { continue }
                         activeLargeUploads += 1
-                        let job = start(key, dirty, large: true, since: streamedSince)
+                        let job = start(key, dirty, large: true, since: streamedSince ?? streamed?.startedAt, streamed: streamed)
                         jobPool.submit { self.runLargeUpload(job) }
                     } else {
                         addToWindow(start(key, dirty, large: false), now: now)
@@ -849,11 +862,12 @@ public final class WriteBackEngine: @unchecked Sendable {
     }
 
     /// Marks `dirty` as having a job in flight and returns that job.
-    private func start(_ key: String, _ dirty: DirtyFile, large: Bool, since: Date? = nil) -> UploadJob {
+    private func start(_ key: String, _ dirty: DirtyFile, large: Bool, since: Date? = nil, streamed: StreamedChunks? = nil) -> UploadJob {
         let record = dirty.record!
         let active = ActiveUpload(generation: record.generation, total: record.size, large: large, startedAt: since ?? Date())
         dirty.active = active
-        return UploadJob(key: key, record: record, file: dirty.file, active: active, verifyContent: dirty.verifyContent)
+        return UploadJob(key: key, record: record, file: dirty.file, active: active, verifyContent: dirty.verifyContent,
+                         streamed: streamed)
     }
 }
 
@@ -930,6 +944,8 @@ struct UploadJob: Sendable {
     let file: StagingFile
     let active: ActiveUpload
     let verifyContent: Bool
+    /// What a kernel stream sent while the file was written (StreamingUpload.swift).
+    var streamed: StreamedChunks?
 }
 
 enum DropboxChunkRules {

@@ -50,6 +50,10 @@ public struct WriteBackConfiguration: Sendable {
     /// (StagingWriteback.swift).
     public var kernelWritebackThreshold: UInt64 = 8 << 20
     public var kernelWritebackInterval: TimeInterval = 0.05
+    /// Upload a large file the kernel writes by itself while it is still written, from what has
+    /// settled at each of those looks, every chunk checked against the file at close
+    /// (StreamingUpload.swift, "kernel streams").
+    public var streamKernelWrites = true
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

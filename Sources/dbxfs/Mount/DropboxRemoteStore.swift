@@ -205,6 +205,17 @@ final class DropboxRemoteStore: RemoteStore {
         } catch { throw remoteError(error, "an upload session") }
     }
 
+    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+        let body = UploadBody.reader(length: UInt64(bytes.count)) { at, into in
+            let count = min(into.count, bytes.count - Int(at))
+            bytes.withUnsafeBytes { into.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(at)..<Int(at) + count])) }
+            return count
+        }
+        do {
+            try client.uploadSessionAppend(sessionID: id, offset: offset, body: body, contentHash: contentHash)
+        } catch { throw remoteError(error, "an upload session") }
+    }
+
     func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {
         let cancel = CancelHandle()
         do {

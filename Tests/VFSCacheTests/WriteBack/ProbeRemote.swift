@@ -127,6 +127,11 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
         try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
         try leave("appendSession", "\(id)@\(offset)")
     }
+    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+        try enter("appendSession", "\(id)@\(offset)")
+        try inner.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash)
+        try leave("appendSession", "\(id)@\(offset)")
+    }
     /// The next `count` finishBatch calls behave like a client that lost the first reply and
     /// retried: the inner remote commits, and the caller gets the retry's answers (session gone).
     func replayFinishBatch(times count: Int) { lock.lock(); replays = count; lock.unlock() }

@@ -159,8 +159,10 @@ import Testing
     }
 
     @Test func missedRewriteIsCaughtByTheContentHash() throws {
-        // If the facade forgot noteRewrite, Dropbox refuses the commit (hash mismatch) and the
-        // upload starts over: the wrong bytes never land.
+        // If the facade forgot noteRewrite, Dropbox would commit the session's stale bytes (it
+        // checks no whole-file hash at finish; the in-memory remote neither, since this test
+        // passed only because it did). The staging file saw the write land below what the stream
+        // had read, so the session is dropped at close: one commit, with the bytes at close.
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
         var data = pseudoRandomBytes(12 << 20, seed: 15)

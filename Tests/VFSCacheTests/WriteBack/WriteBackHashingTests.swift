@@ -41,7 +41,8 @@ import Testing
 
     @Test func unreportedRewriteBelowTheHashedBlocksIsCaughtByTheStagingFile() throws {
         // The facade forgot noteRewrite: the staging file's record of the lowest change still
-        // makes the commit hash the whole file, so the hash matches the bytes on disk.
+        // makes the commit hash the whole file, so the hash matches the bytes on disk, and its
+        // record of what the stream read drops the session that holds the old bytes.
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
         var data = pseudoRandomBytes(12 << 20, seed: 23)

@@ -92,6 +92,11 @@ public final class StagingFile: Sendable {
     /// none). Lets the hash computed while the file is written (PrefixHash.swift) prove that the
     /// bytes it hashed are still the bytes on disk, whatever the facade reports.
     private let lowestChange = Atomic<UInt64>(.max)
+    /// How far a streaming upload fed by the facade's writes has read the file to send it
+    /// (StreamingUpload.swift), and whether a write or truncate below that landed afterwards:
+    /// then the session holds bytes the file no longer has, whatever the facade reported.
+    private let streamedUpTo = Atomic<UInt64>(0)
+    private let changedBelowStreamed = Atomic<Bool>(false)
 
     fileprivate init(url: URL, name: String, create: Bool) throws(Errno) {
         let flags = O_RDWR | O_CLOEXEC | (create ? (O_CREAT | O_EXCL) : 0)
@@ -136,7 +141,28 @@ public final class StagingFile: Sendable {
     /// The lowest offset changed since the previous call, and starts a new period.
     func takeLowestChange() -> UInt64 { lowestChange.exchange(.max, ordering: .sequentiallyConsistent) }
 
+    /// A stream starts (nothing read yet), or is about to read its bytes up to `end`. Called
+    /// before the read: a change that lands after it below `end` is caught (writes are
+    /// checked after their bytes are in, so either the read sees them or they see this).
+    func streamStarts() {
+        streamedUpTo.store(0, ordering: .sequentiallyConsistent)
+        changedBelowStreamed.store(false, ordering: .sequentiallyConsistent)
+    }
+    func streamReads(upTo end: UInt64) {
+        var current = streamedUpTo.load(ordering: .sequentiallyConsistent)
+        while end > current {
+            let (exchanged, original) = streamedUpTo.compareExchange(expected: current, desired: end, ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            current = original
+        }
+    }
+    /// Whether a write or truncate landed below what the stream had read, since it started.
+    var changedUnderStream: Bool { changedBelowStreamed.load(ordering: .sequentiallyConsistent) }
+
     private func noteChange(at offset: UInt64) {
+        if offset < streamedUpTo.load(ordering: .sequentiallyConsistent) {
+            changedBelowStreamed.store(true, ordering: .sequentiallyConsistent)
+        }
         var current = lowestChange.load(ordering: .sequentiallyConsistent)
         while offset < current {
             let (exchanged, original) = lowestChange.compareExchange(expected: current, desired: offset,

@@ -131,6 +131,10 @@ extension WriteBackEngine {
             if landedHash == job.record.contentHash {
                 committed(job, entry)
             } else {
+                // Dropbox committed other bytes than the file's (it checks no whole-file hash at
+                // finish). That rev is ours: the retry, in a new session, replaces it.
+                WriteBackLog.error("\(job.record.path): the bytes committed (rev \(entry.rev ?? "?"), hash \(landedHash ?? "missing")) are not the file's (\(job.record.contentHash ?? "?")); uploading it again over them")
+                rebaseOnWrongCommit(job, rev: entry.rev)
                 failed(job, .other("content hash after commit is \(landedHash ?? "missing"), expected \(job.record.contentHash ?? "?")"))
             }
         case .failure(.conflict(let reason)):
@@ -265,6 +269,14 @@ extension WriteBackEngine {
         dirty.notBefore = .distantPast
         do { try journal.save(record) } catch { WriteBackLog.error("cannot update the journal for \(record.path): \(error)") }
         return true
+    }
+
+    /// Makes our own commit of the wrong bytes the base of the next attempt (`failed` journals it).
+    private func rebaseOnWrongCommit(_ job: UploadJob, rev: String?) {
+        condition.lock(); defer { condition.unlock() }
+        guard let rev, isCurrent(job), let dirty = files[job.key], var record = dirty.record, record.commitPath == nil else { return }
+        record.base = .revision(rev)
+        dirty.record = record
     }
 
     /// An `update` of a file that is gone: re-queues the job as a new file at its own path (lock

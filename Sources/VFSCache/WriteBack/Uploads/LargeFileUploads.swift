@@ -15,9 +15,13 @@ extension WriteBackEngine {
             // A first attempt without a session (the file was not streamed while written, e.g.
             // written by the kernel itself: passthrough writes) is hashed while its chunks go:
             // only the commit needs the hash, and reading 1 GiB for it took ~1.4 s of the upload.
-            let hashing = job.record.contentHash == nil && job.record.sessionID == nil && !job.verifyContent
+            var hashing = job.record.contentHash == nil && job.record.sessionID == nil && !job.verifyContent
                 && job.record.state != .committing ? hashConcurrently(job) : nil
             if hashing == nil, let landed = try prepare(&job) { complete(job, .success(landed)); return }
+            if let streamed = job.streamed, let pending = hashing {
+                hashing = nil
+                try adoptStreamedSession(streamed, into: &job, hash: pending)
+            }
             if job.record.sessionID == nil || !job.record.sessionConcurrent {
                 let id = try remote.startSession(concurrent: true)
                 job.record.sessionID = id
@@ -48,7 +52,7 @@ extension WriteBackEngine {
                 guard persist(job) else { throw .cancelled }
             }
             if let hashing {
-                job.record.contentHash = try hashing.wait()
+                job.record.contentHash = try hashing.wait().hash
                 guard persist(job) else { throw .cancelled }
             }
             guard let live = markCommitting([job]).first else { return }
@@ -61,13 +65,47 @@ extension WriteBackEngine {
         }
     }
 
+    /// Uses the session a kernel stream filled while the file was written (StreamingUpload.swift)
+    /// if the file at close still holds every chunk it sent: sends the chunks it lacks meanwhile,
+    /// then compares each sent chunk's block digests with the file's, from `hash`. On a match the
+    /// session and all its chunks are journaled, as if sent after close; otherwise the session is
+    /// dropped and the caller starts a new one. Either way `job` leaves with the content hash.
+    private func adoptStreamedSession(_ streamed: StreamedChunks, into job: inout UploadJob, hash: ConcurrentHash) throws(RemoteError) {
+        let plan = UploadPlanner.chunks(size: job.record.size, chunkSize: configuration.chunkSize)
+        let missing = plan.dropLast().filter { streamed.digests[$0.offset] == nil }
+        try appendChunks(missing, of: job, sessionID: streamed.sessionID, journaling: false)
+        let file = try hash.wait()
+        job.record.contentHash = file.hash
+        let blockSize = UInt64(DropboxChunkRules.blockSize)
+        let unchanged = streamed.chunkSize == configuration.chunkSize && streamed.digests.allSatisfy { offset, digests in
+            let first = Int(offset / blockSize)
+            return offset % configuration.chunkSize == 0 && first + digests.count <= file.blocks.count
+                && Array(file.blocks[first..<first + digests.count]) == digests
+        }
+        guard unchanged else {
+            streamedSessionsDropped.add(1, ordering: .relaxed)
+            WriteBackLog.info("\(job.record.path): bytes sent while it was written changed before its close; sending it again")
+            guard persist(job) else { throw .cancelled }
+            return
+        }
+        job.record.sessionID = streamed.sessionID
+        job.record.sessionConcurrent = true
+        job.record.sessionClosed = false
+        job.record.state = .uploading
+        guard persist(job, resetChunks: true) else { throw .cancelled }
+        let sent = plan.dropLast().filter { streamed.digests[$0.offset] != nil } + missing
+        for chunk in sent { guard confirmChunk(job, sessionID: streamed.sessionID, chunk: chunk) else { throw .cancelled } }
+        streamedSessionsUsed.add(1, ordering: .relaxed)
+    }
+
     /// Starts hashing `job`'s staging file on a thread of its own (what `prepare` would do first).
     private func hashConcurrently(_ job: UploadJob) -> ConcurrentHash {
         let result = ConcurrentHash()
         let thread = Thread { [self] in
             do throws(Errno) {
-                result.finish(.success(try contentHash(of: job.file, size: job.record.size,
-                                                       digestsOfFirstBlocks: takePrefixDigests(job) ?? [])))
+                let blocks = try blockDigests(of: job.file, size: job.record.size,
+                                              digestsOfFirstBlocks: takePrefixDigests(job) ?? [])
+                result.finish(.success(FileDigest(hash: Self.contentHash(ofBlocks: blocks), blocks: blocks)))
             } catch {
                 result.finish(.failure(.other("cannot read staging file of \(job.record.path): \(error)")))
             }
@@ -78,8 +116,10 @@ extension WriteBackEngine {
     }
 
     /// Appends `chunks` in parallel on the chunk pool, at most `chunksInFlight` at once, recording
-    /// each confirmed one. Throws the first failure, after the appends in flight have ended.
-    private func appendChunks(_ chunks: [UploadPlanner.Chunk], of job: UploadJob, sessionID: String) throws(RemoteError) {
+    /// each confirmed one (unless `journaling` is false). Throws the first failure, after the
+    /// appends in flight have ended.
+    private func appendChunks(_ chunks: [UploadPlanner.Chunk], of job: UploadJob, sessionID: String,
+                              journaling: Bool = true) throws(RemoteError) {
         guard !chunks.isEmpty else { return }
         let group = ChunkGroup()
         let limit = max(1, configuration.chunksInFlight)
@@ -90,7 +130,7 @@ extension WriteBackEngine {
                 do throws(RemoteError) {
                     try self.remote.appendSession(id: sessionID, file: job.file.url, offset: chunk.offset, length: chunk.length,
                                                   close: false, progress: nil)
-                    guard self.confirmChunk(job, sessionID: sessionID, chunk: chunk) else { throw .cancelled }
+                    guard !journaling || self.confirmChunk(job, sessionID: sessionID, chunk: chunk) else { throw .cancelled }
                     job.active.done.add(chunk.length, ordering: .relaxed)
                     self.bytesSent.add(chunk.length, ordering: .relaxed)
                     group.finished(nil)
@@ -158,18 +198,24 @@ private final class ChunkGroup: @unchecked Sendable {
     }
 }
 
+/// A file's content hash with the digests of its 4 MiB blocks.
+struct FileDigest: Sendable {
+    let hash: String
+    let blocks: [[UInt8]]
+}
+
 /// The content hash a thread computes while the chunks are sent (`hashConcurrently`).
 final class ConcurrentHash: Sendable {
-    private let result = Mutex<Result<String, RemoteError>?>(nil)
+    private let result = Mutex<Result<FileDigest, RemoteError>?>(nil)
     private let done = DispatchSemaphore(value: 0)
 
-    func finish(_ outcome: Result<String, RemoteError>) {
+    func finish(_ outcome: Result<FileDigest, RemoteError>) {
         result.withLock { $0 = outcome }
         done.signal()
     }
 
     /// Waits for the hash (a thread that reads a file always ends).
-    func wait() throws(RemoteError) -> String {
+    func wait() throws(RemoteError) -> FileDigest {
         done.wait()
         done.signal()
         return try result.withLock { $0! }.get()

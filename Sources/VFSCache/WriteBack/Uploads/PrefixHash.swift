@@ -91,6 +91,11 @@ extension WriteBackEngine {
     /// (the last one may be the partial last block's): only the rest is read. Adds what it reads
     /// to `bytesHashedAtCommit`.
     func contentHash(of file: StagingFile, size: UInt64, digestsOfFirstBlocks: [[UInt8]]) throws(Errno) -> String {
+        Self.contentHash(ofBlocks: try blockDigests(of: file, size: size, digestsOfFirstBlocks: digestsOfFirstBlocks))
+    }
+
+    /// The digests of every 4 MiB block of bytes [0, `size`) of `file` (see `contentHash(of:)`).
+    func blockDigests(of file: StagingFile, size: UInt64, digestsOfFirstBlocks: [[UInt8]]) throws(Errno) -> [[UInt8]] {
         let block = UInt64(DropboxChunkRules.blockSize)
         var digests = digestsOfFirstBlocks
         var offset = UInt64(digests.count) * block
@@ -102,6 +107,9 @@ extension WriteBackEngine {
             bytesHashedAtCommit.add(UInt64(want), ordering: .relaxed)
             offset += UInt64(want)
         }
-        return hex(sha256(digests.joined()))
+        return digests
     }
+
+    /// Dropbox's content hash from the digests of a file's blocks.
+    static func contentHash(ofBlocks digests: [[UInt8]]) -> String { hex(sha256(digests.joined())) }
 }

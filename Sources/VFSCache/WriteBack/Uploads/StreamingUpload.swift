@@ -6,9 +6,23 @@
 /// a 1 GiB copy is mostly on Dropbox by the time `close()` returns.
 ///
 /// The bytes below the reported prefix must not change before close; a random write or truncate
-/// below it must be reported with `noteRewrite`, which abandons the session. Should that ever be
-/// missed, the commit still carries the whole file's content hash, so Dropbox refuses a mismatch
-/// and the upload starts over: wrong bytes never land.
+/// below it must be reported with `noteRewrite`, which abandons the session. (Dropbox does not
+/// check a session's bytes against the file's hash at finish: files.stone's
+/// `UploadSessionFinishArg.content_hash` covers only the finish call's own body. The engine
+/// compares the hash Dropbox answers with its own and uploads again on a difference.)
+///
+/// **Kernel streams.** A file the kernel writes by itself (FUSE passthrough) tells the daemon
+/// nothing of its writes, so it cannot promise a settled prefix. StagingWriteback.swift reports
+/// how far such a file has settled (what was there a look earlier, while it keeps growing), and
+/// the engine streams those chunks the same way, but checked: each chunk is read into memory,
+/// its 4 MiB block digests taken, and sent with its content hash (`appendSessionChecked`: Dropbox
+/// refuses it if it received other bytes), so the engine knows exactly what the session holds.
+/// Nothing of such a session is journaled before close. After close the upload hashes the file as
+/// it is on disk (as for any passthrough file) and uses the session only if every chunk it holds
+/// has the digests of the file's blocks at that place; otherwise (the writer went back, e.g. to
+/// patch a header) the session is dropped and the file is sent again in a new one. So the bytes
+/// committed are the bytes at close, as without streaming.
+import ContentHash
 import Foundation
 import Synchronization
 
@@ -29,8 +43,12 @@ final class StreamingUpload: @unchecked Sendable {
     var confirmedBytes: UInt64 = 0
     let startedAt = Date()
     let cancelled = Atomic<Bool>(false)
+    /// A kernel stream (see the top of the file): checked chunks, not journaled before close.
+    let fromKernel: Bool
+    /// A kernel stream's chunks Dropbox confirmed: offset → the digests of their 4 MiB blocks.
+    var checkedChunks: [UInt64: [[UInt8]]] = [:]
 
-    init(staging: String) { self.staging = staging }
+    init(staging: String, fromKernel: Bool = false) { self.staging = staging; self.fromKernel = fromKernel }
 
     /// Still doing network work: the file must not be uploaded or moved until this is false.
     var busy: Bool { starting || inFlight > 0 }
@@ -45,9 +63,13 @@ extension WriteBackEngine {
         condition.lock(); defer { condition.unlock() }
         guard !stopped, let dirty = dirtyFile(path: path, staging: staging), dirty.writing else { return }
         recordDigests(dirty, contiguousBytes: contiguousBytes, completed: completedBlocks)
+        if dirty.streaming?.fromKernel == true { return }   // the kernel's writes lead: its stream stays
+        // The kernel may write this file too (passthrough): what the facade reports is not all.
+        guard dirty.kernelOpens == 0 else { return }
         if dirty.streaming == nil {
             guard contiguousBytes >= configuration.largeFileThreshold else { return }
             dirty.streaming = StreamingUpload(staging: dirty.file.name)
+            dirty.file.streamStarts()
         }
         let stream = dirty.streaming!
         guard !stream.failed, !stream.handedOver, !stream.cancelled.load(ordering: .relaxed) else { return }
@@ -68,6 +90,30 @@ extension WriteBackEngine {
         guard let dirty = found, let stream = dirty.streaming, !stream.handedOver else { return }
         stream.cancelled.store(true, ordering: .relaxed)
         stream.failed = true
+    }
+
+    /// A watched staging file the kernel writes grew or shrank (StagingWriteback.swift): bytes
+    /// below `settled` were there a look earlier and the file still grows. Streams them once
+    /// `largeFileThreshold` bytes settled; a file shrunk below what was sent drops its stream.
+    func noteKernelGrowth(_ file: StagingFile, settled: UInt64, size: UInt64) {
+        condition.lock(); defer { condition.unlock() }
+        guard !stopped, let dirty = files.values.first(where: { $0.file === file }), dirty.writing, dirty.kernelOpens > 0
+        else { return }
+        if let stream = dirty.streaming {
+            guard stream.fromKernel, !stream.handedOver else { return }
+            if size < stream.nextOffset {
+                stream.cancelled.store(true, ordering: .relaxed)
+                stream.failed = true
+                return
+            }
+        } else {
+            guard settled >= configuration.largeFileThreshold else { return }
+            dirty.streaming = StreamingUpload(staging: dirty.file.name, fromKernel: true)
+        }
+        let stream = dirty.streaming!
+        guard !stream.failed, !stream.cancelled.load(ordering: .relaxed) else { return }
+        stream.writtenPrefix = max(stream.writtenPrefix, settled)
+        pump(stream, file: dirty.file)
     }
 
     /// Starts the session or more chunk appends, as far as the written prefix allows (lock held).
@@ -96,17 +142,27 @@ extension WriteBackEngine {
             let offset = stream.nextOffset
             stream.nextOffset += chunkSize
             stream.inFlight += 1
+            if !stream.fromKernel { file.streamReads(upTo: offset + chunkSize) }
             chunkPool.submit {
                 var failure: RemoteError?
+                var digests: [[UInt8]] = []
                 do throws(RemoteError) {
-                    try self.remote.appendSession(id: sessionID, file: file.url, offset: offset, length: chunkSize, close: false,
-                                                  progress: nil)
+                    if stream.fromKernel {
+                        digests = try self.appendChecked(file, sessionID: sessionID, offset: offset, length: chunkSize)
+                    } else {
+                        try self.remote.appendSession(id: sessionID, file: file.url, offset: offset, length: chunkSize, close: false,
+                                                      progress: nil)
+                    }
                 } catch { failure = error }
                 self.condition.lock(); defer { self.condition.unlock() }
                 stream.inFlight -= 1
                 if let failure {
                     stream.failed = true
                     WriteBackLog.debug("streaming upload of \(stream.staging) stopped at \(offset): \(failure)")
+                } else if stream.fromKernel {
+                    // Not journaled: these bytes count only once checked against the file at close.
+                    stream.checkedChunks[offset] = digests
+                    stream.confirmedBytes += chunkSize
                 } else if !self.dead && !stream.cancelled.load(ordering: .relaxed) {
                     do {
                         try self.journal.confirmChunk(staging: stream.staging, sessionID: sessionID, offset: offset, length: chunkSize)
@@ -121,12 +177,33 @@ extension WriteBackEngine {
         }
     }
 
+    /// Reads one chunk of a kernel stream, takes its block digests and appends it with its content
+    /// hash, so Dropbox holds exactly the bytes those digests describe. Returns the digests.
+    private func appendChecked(_ file: StagingFile, sessionID: String, offset: UInt64, length: UInt64) throws(RemoteError) -> [[UInt8]] {
+        let bytes: [UInt8]
+        do throws(Errno) { bytes = try file.read(at: offset, count: Int(length)) } catch {
+            throw .other("cannot read staging file \(file.name): \(error)")
+        }
+        guard bytes.count == Int(length) else { throw .other("staging file \(file.name) is shorter than \(offset + length)") }
+        let digester = BlockDigester()
+        var digests = bytes.withUnsafeBytes { digester.update($0) }
+        if let partial = digester.finishPartialBlock() { digests.append(partial) }
+        try remote.appendSessionChecked(id: sessionID, bytes: bytes, offset: offset, contentHash: Self.contentHash(ofBlocks: digests))
+        return digests
+    }
+
     /// At close (lock held): hands a usable streaming session to the journal row, or abandons it.
+    /// A kernel stream is handed to the upload in memory only (`StreamedChunks`), never to the row.
     func handOverStreaming(_ dirty: DirtyFile, record: inout UploadRecord) -> String? {
         guard let stream = dirty.streaming else { return nil }
-        if let id = stream.sessionID, !stream.failed, !stream.cancelled.load(ordering: .relaxed),
+        // A change below what was sent that the facade did not report (`noteRewrite`): Dropbox
+        // would commit the session's stale bytes, since it checks no whole-file hash at finish.
+        let stale = !stream.fromKernel && dirty.file.changedUnderStream
+        if stale { WriteBackLog.info("\(dirty.path) changed below what its streaming upload sent; sending it again") }
+        if let id = stream.sessionID, !stale, !stream.failed, !stream.cancelled.load(ordering: .relaxed),
            record.size >= configuration.largeFileThreshold, stream.nextOffset <= record.size {
             stream.handedOver = true
+            if stream.fromKernel { return nil }
             record.sessionID = id
             record.sessionConcurrent = true
             record.sessionClosed = false
@@ -137,4 +214,13 @@ extension WriteBackEngine {
         stream.failed = true
         return nil
     }
+}
+
+/// What a kernel stream sent before close, handed to the file's first upload after it
+/// (`LargeFileUploads.adoptStreamedSession`): the session and each chunk's block digests.
+struct StreamedChunks: Sendable {
+    let sessionID: String
+    let chunkSize: UInt64
+    let digests: [UInt64: [[UInt8]]]
+    let startedAt: Date
 }

@@ -1,0 +1,157 @@
+/// Files the kernel writes by itself (FUSE passthrough) are uploaded while they are written
+/// (StreamingUpload.swift, "kernel streams"): the engine sends the chunks that settled, with their
+/// content hash, and after close uses them only if the file still holds those bytes. The writes
+/// here go to the staging file through a descriptor of their own, as the kernel's do: the engine
+/// sees none of them, only the file's size growing.
+import ContentHash
+import Foundation
+import Testing
+@testable import VFSCache
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct KernelStreamTests {
+    private static let chunk = 4 << 20
+
+    /// Small chunks and quick looks, so a few MiB are enough to stream.
+    private func engine(_ fixture: WriteBackFixture, streaming: Bool = true) throws -> WriteBackEngine {
+        try fixture.engine {
+            $0.kernelWritebackInterval = 0.01
+            $0.streamKernelWrites = streaming
+        }
+    }
+
+    /// The content hash of what Dropbox holds at `path` (a short message when a test fails).
+    private func storedHash(_ fixture: WriteBackFixture, _ path: String) -> String? {
+        fixture.memory.content(path).map { DropboxContentHasher.hash($0) }
+    }
+
+    /// Writes `bytes` at `offset` through a descriptor of its own, as the kernel does.
+    private func kernelWrite(_ file: StagingFile, at offset: Int, _ bytes: [UInt8]) throws {
+        let fd = open(file.url.path, O_WRONLY)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        defer { close(fd) }
+        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+        guard written == bytes.count else { throw POSIXError(.EIO) }
+    }
+
+    /// Appends `data` a chunk at a time, each once the engine has looked at the file since the
+    /// last one (so it sees the file grow), until `sentBeforeClose` chunks went out; returns.
+    private func writeWhileStreaming(_ fixture: WriteBackFixture, _ file: StagingFile, _ data: [UInt8], sentBeforeClose: Int) throws {
+        var offset = 0
+        while offset < data.count {
+            let end = min(offset + Self.chunk, data.count)
+            try kernelWrite(file, at: offset, Array(data[offset..<end]))
+            offset = end
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(eventually { fixture.memory.calls("appendSessionChecked") >= sentBeforeClose })
+    }
+
+    @Test func aFileTheKernelWritesIsUploadedWhileItIsWritten() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(6 * Self.chunk + 1000, seed: 41)
+        let file = try engine.beginWrite(path: "/k.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/k.bin", file: file))
+        try writeWhileStreaming(fixture, file, data, sentBeforeClose: 4)
+        let sentBeforeClose = fixture.memory.calls("appendSessionChecked")
+        let generation = try engine.close(path: "/k.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/k.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/k.bin") == DropboxContentHasher.hash(data))
+        // The settled chunks went before close, in the session the commit used.
+        #expect(sentBeforeClose >= 4)
+        #expect(fixture.memory.calls("startSession") == 1)
+        #expect(fixture.memory.calls("appendSessionChecked") + fixture.memory.calls("appendSession") == 7)
+        #expect(engine.streamedSessionsUsed.load(ordering: .relaxed) == 1)
+        #expect(engine.streamedSessionsDropped.load(ordering: .relaxed) == 0)
+        #expect(fixture.probe.landedCommits == ["/k.bin"])
+    }
+
+    /// The writer goes back, after those bytes were sent, and patches the file's start (as zip,
+    /// tar or a linker do): the session holds the old bytes, and Dropbox would commit them as
+    /// they are (it checks no whole-file hash at finish). The upload must see that and send the
+    /// file again: the only commit carries the bytes at close.
+    @Test func aKernelWriterThatGoesBackBeforeCloseCommitsOnlyTheBytesAtClose() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(5 * Self.chunk, seed: 42)
+        let file = try engine.beginWrite(path: "/z.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/z.bin", file: file))
+        try writeWhileStreaming(fixture, file, data, sentBeforeClose: 3)
+        try kernelWrite(file, at: 100, bytes("HEADER"))
+        data.replaceSubrange(100..<106, with: bytes("HEADER"))
+        let generation = try engine.close(path: "/z.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/z.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/z.bin") == DropboxContentHasher.hash(data))
+        #expect(fixture.probe.landedCommits == ["/z.bin"])
+        #expect(engine.streamedSessionsDropped.load(ordering: .relaxed) == 1)
+        #expect(engine.streamedSessionsUsed.load(ordering: .relaxed) == 0)
+        #expect(fixture.memory.calls("startSession") == 2)
+    }
+
+    /// A file set to its final size first and filled in afterwards never settles: nothing of it
+    /// is sent before close (it would be bytes not written yet).
+    @Test func aFileSizedFirstAndFilledAfterwardsIsNotStreamed() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(5 * Self.chunk, seed: 43)
+        let file = try engine.beginWrite(path: "/s.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/s.bin", file: file))
+        try kernelWrite(file, at: data.count - 1, [data.last!])
+        for offset in stride(from: 0, to: data.count - 1, by: Self.chunk) {
+            Thread.sleep(forTimeInterval: 0.05)
+            try kernelWrite(file, at: offset, Array(data[offset..<min(offset + Self.chunk, data.count - 1)]))
+        }
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+        let generation = try engine.close(path: "/s.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/s.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/s.bin") == DropboxContentHasher.hash(data))
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+    }
+
+    /// A truncate below what was sent drops the stream at once; the upload after close sends the
+    /// file as it is then.
+    @Test func aTruncateBelowWhatWasSentDropsTheStream() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture); defer { engine.shutdown(drainUntil: nil) }
+        let first = pseudoRandomBytes(4 * Self.chunk, seed: 44)
+        let file = try engine.beginWrite(path: "/t.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/t.bin", file: file))
+        try writeWhileStreaming(fixture, file, first, sentBeforeClose: 2)
+        let fd = open(file.url.path, O_WRONLY)
+        #expect(ftruncate(fd, 0) == 0)
+        close(fd)
+        Thread.sleep(forTimeInterval: 0.05)
+        let second = pseudoRandomBytes(3 * Self.chunk + 7, seed: 45)
+        try kernelWrite(file, at: 0, second)
+        Thread.sleep(forTimeInterval: 0.1)
+        let generation = try engine.close(path: "/t.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/t.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/t.bin") == DropboxContentHasher.hash(second))
+        #expect(fixture.probe.landedCommits == ["/t.bin"])
+        #expect(engine.streamedSessionsUsed.load(ordering: .relaxed) == 0)
+    }
+
+    /// With `streamKernelWrites` off, nothing goes before close (the harness's A/B switch).
+    @Test func streamingCanBeTurnedOff() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture, streaming: false); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(3 * Self.chunk, seed: 46)
+        let file = try engine.beginWrite(path: "/o.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/o.bin", file: file))
+        for offset in stride(from: 0, to: data.count, by: Self.chunk) {
+            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+        let generation = try engine.close(path: "/o.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/o.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/o.bin") == DropboxContentHasher.hash(data))
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+    }
+}
