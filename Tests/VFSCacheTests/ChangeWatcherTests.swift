@@ -48,7 +48,7 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
         try check(); try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
     }
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         try check(); try base.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash)
     }
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {

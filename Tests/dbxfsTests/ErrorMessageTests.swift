@@ -295,7 +295,7 @@ private struct InertRemote: RemoteStore {
     func upload(file: URL, length: UInt64, commit: RemoteCommit, progress: RemoteProgress?) throws(RemoteError) -> RemoteEntry { throw .cancelled }
     func startSession(concurrent: Bool) throws(RemoteError) -> String { throw .cancelled }
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) { throw .cancelled }
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) { throw .cancelled }
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) { throw .cancelled }
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] { throw .cancelled }
     func createFolder(path: String) throws(RemoteError) -> RemoteEntry { throw .cancelled }
     func delete(path: String) throws(RemoteError) { throw .cancelled }

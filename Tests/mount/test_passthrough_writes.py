@@ -293,8 +293,8 @@ def upload_calls(emu):
     return {name: requests.get(f"files/upload_session/{name}", 0) for name in ("start", "append_v2", "finish_batch_v2")}
 
 
-def write_slowly(fd, data, piece=4 << 20, pause=0.08):
-    """Appends `data` a piece at a time, pausing so the daemon's looks (every 50 ms) see it grow."""
+def write_slowly(fd, data, piece=4 << 20, pause=0.25):
+    """Appends `data` at 16 MiB/s: slower than bytes settle (1 s), so they are streamed."""
     for i in range(0, len(data), piece):
         os.write(fd, data[i:i + piece])
         time.sleep(pause)
@@ -302,11 +302,11 @@ def write_slowly(fd, data, piece=4 << 20, pause=0.08):
 
 def test_a_large_file_the_kernel_writes_is_uploaded_while_it_is_written(pt):
     """Kernel streams (StreamingUpload.swift): the settled 16 MiB chunks of a file the kernel
-    writes go to Dropbox before close, in the session the commit then uses."""
+    writes slowly go to Dropbox before close, in the session the commit then uses."""
     emu, mount = pt
     m, mnt = mount()
     emu.reset_stats()
-    data = os.urandom(64 << 20)
+    data = os.urandom(80 << 20)
     fd = os.open(mnt / "streamed.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_slowly(fd, data)
@@ -318,8 +318,8 @@ def test_a_large_file_the_kernel_writes_is_uploaded_while_it_is_written(pt):
     assert before_close["finish_batch_v2"] == 0
     sync(m, mnt)
     assert_on_dropbox(emu, "/streamed.bin", data)
-    # One session, each chunk sent once: three while written, the closing one after.
-    assert upload_calls(emu) == {"start": 1, "append_v2": 4, "finish_batch_v2": 1}, m.read_log()[-3000:]
+    # One session, each chunk sent once: at least three while written, the closing one after.
+    assert upload_calls(emu) == {"start": 1, "append_v2": 5, "finish_batch_v2": 1}, m.read_log()[-3000:]
 
 
 def test_a_writer_that_patches_the_start_before_close_lands_with_the_bytes_at_close(pt):
@@ -329,7 +329,7 @@ def test_a_writer_that_patches_the_start_before_close_lands_with_the_bytes_at_cl
     emu, mount = pt
     m, mnt = mount()
     emu.reset_stats()
-    data = bytearray(os.urandom(64 << 20))
+    data = bytearray(os.urandom(48 << 20))
     fd = os.open(mnt / "patched.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_slowly(fd, bytes(data))

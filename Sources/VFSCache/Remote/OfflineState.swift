@@ -122,7 +122,7 @@ public final class OfflineGatedRemote: RemoteStore, Sendable {
     public func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
         try pass { () throws(RemoteError) in try base.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress) }
     }
-    public func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+    public func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         try pass { () throws(RemoteError) in try base.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash) }
     }
     public func uploadClosedSession(file: URL, length: UInt64, progress: RemoteProgress?) throws(RemoteError) -> String {

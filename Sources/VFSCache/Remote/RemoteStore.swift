@@ -183,7 +183,7 @@ public protocol RemoteStore: Sendable {
     /// Appends `bytes` (read into memory by the caller) at `offset`, with their content hash:
     /// Dropbox refuses them (`content_hash_mismatch`) if it received other bytes, so the caller
     /// knows exactly what the session holds (files.stone `UploadSessionAppendArg.content_hash`).
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError)
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError)
     /// A whole small file in a sequential session, closed, ready for `finishBatch`: with Dropbox
     /// one `upload_session/start` carrying the bytes and `close: true`. Has a default
     /// implementation (start, then one closing append).

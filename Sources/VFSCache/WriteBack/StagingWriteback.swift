@@ -11,8 +11,11 @@
 ///
 /// The same look tells the engine how far such a file has settled, so it can upload a file the
 /// kernel writes while it is written (StreamingUpload.swift, "kernel streams"): the bytes below the
-/// size seen one look earlier, but only while the file keeps growing (a file set to its final
-/// size first and filled in afterwards never settles).
+/// size seen `settle` seconds earlier, if the file grew since (a file set to its final size first
+/// and filled in afterwards never settles). The delay keeps a quick writer (`cp` of 1 GiB takes
+/// about a second) from sharing the CPU with its own upload: on 2 cores that made `cp` return up
+/// to twice as late and the upload no sooner (docs/BENCHMARKS.md, "Uploading while the kernel
+/// writes"); a slow writer's file is on Dropbox soon after its close.
 import Foundation
 import Synchronization
 
@@ -23,8 +26,9 @@ final class StagingWriteback: Sendable {
         var opens: Int
         /// Where the next start begins: every byte below was handed to the disk.
         var startedUpTo: UInt64
-        /// The size at the last look, and the settled prefix reported so far.
-        var lastSize: UInt64 = 0
+        /// The looks of the last `settle` seconds (and the newest older one), and the settled
+        /// prefix reported so far.
+        var looks: [(at: TimeInterval, size: UInt64)] = []
         var settled: UInt64 = 0
     }
 
@@ -38,6 +42,7 @@ final class StagingWriteback: Sendable {
 
     private let interval: TimeInterval
     private let threshold: UInt64
+    private let settle: TimeInterval
     private let state = Mutex(State())
     /// Told each time a watched file grew or shrank: (file, settled prefix, size). Set once by the
     /// engine, before anything is watched.
@@ -47,9 +52,12 @@ final class StagingWriteback: Sendable {
     ///   - interval: how often a watched file's size is read (seconds).
     ///   - threshold: bytes added before their writeback is started (0: never start; the files are
     ///     then watched only for `onGrowth`, if it was set).
-    init(interval: TimeInterval, threshold: UInt64) {
+    ///   - settle: how long bytes must have been there, in a file still growing, to count as
+    ///     settled for `onGrowth`.
+    init(interval: TimeInterval, threshold: UInt64, settle: TimeInterval = 1) {
         self.interval = interval
         self.threshold = threshold
+        self.settle = settle
     }
 
     /// Sets who hears of a watched file's growth (see the top of the file).
@@ -117,11 +125,18 @@ final class StagingWriteback: Sendable {
             guard var watched = state.watched[key] else { return (nil, nil) }
             defer { state.watched[key] = watched }
             var settled: UInt64?
-            if size != watched.lastSize {
-                // Growing: what was there a look ago has settled. Shrunk: the writer went back.
-                watched.settled = size > watched.lastSize ? max(watched.settled, watched.lastSize) : min(watched.settled, size)
-                watched.lastSize = size
+            let now = ProcessInfo.processInfo.systemUptime
+            if let last = watched.looks.last, size < last.size {
+                // Shrunk: the writer went back; what was there before counts for nothing.
+                watched.looks.removeAll()
+                watched.settled = min(watched.settled, size)
                 settled = watched.settled
+            }
+            watched.looks.append((now, size))
+            while watched.looks.count >= 2, now - watched.looks[1].at >= settle { watched.looks.removeFirst() }
+            if let old = watched.looks.first, now - old.at >= settle, size > old.size, old.size > watched.settled {
+                watched.settled = old.size
+                settled = old.size
             }
             // Truncated meanwhile: what is left below the new size was started already.
             let from = min(watched.startedUpTo, size)

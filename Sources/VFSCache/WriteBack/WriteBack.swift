@@ -91,7 +91,8 @@ public final class WriteBackEngine: @unchecked Sendable {
                 onEvent: @escaping @Sendable (WriteBackEvent) -> Void = { _ in }) throws(Errno) {
         var configuration = configuration
         stagingWriteback = StagingWriteback(interval: configuration.kernelWritebackInterval,
-                                            threshold: configuration.kernelWritebackThreshold)
+                                            threshold: configuration.kernelWritebackThreshold,
+                                            settle: configuration.kernelStreamSettle)
         let block = UInt64(DropboxChunkRules.blockSize)
         configuration.chunkSize = max(block, (configuration.chunkSize + block - 1) / block * block)
         configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)
@@ -900,6 +901,9 @@ final class DirtyFile {
     var verifyContent = false
     /// A session started while the file was still being written (StreamingUpload.swift).
     var streaming: StreamingUpload?
+    /// A kernel stream of this file sent chunks the writer changed afterwards: it writes in place,
+    /// so it is not streamed again while the engine keeps the file (each would be sent twice).
+    var rewritesInPlace = false
     /// Digests of the blocks final while the file was written (PrefixHash.swift).
     var prefixHash: PrefixHash?
     /// When a close first left bytes not on Dropbox yet (the age of the oldest pending upload, for

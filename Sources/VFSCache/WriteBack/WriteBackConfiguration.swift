@@ -54,6 +54,11 @@ public struct WriteBackConfiguration: Sendable {
     /// settled at each of those looks, every chunk checked against the file at close
     /// (StreamingUpload.swift, "kernel streams").
     public var streamKernelWrites = true
+    /// How long bytes of such a file must have been there (the file still growing) before they are
+    /// streamed: a quick writer is done before, and does not share the CPU with its upload.
+    public var kernelStreamSettle: TimeInterval = 1
+    /// Chunks of one kernel stream in flight at once (each is read into 16 MiB of memory).
+    public var kernelStreamChunksInFlight = 2
     /// The clock used for conflicted-copy dates.
     public var now: @Sendable () -> Date = { Date() }
     /// The time zone of conflicted-copy dates (the local one, like the Dropbox client).

@@ -205,14 +205,9 @@ final class DropboxRemoteStore: RemoteStore {
         } catch { throw remoteError(error, "an upload session") }
     }
 
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
-        let body = UploadBody.reader(length: UInt64(bytes.count)) { at, into in
-            let count = min(into.count, bytes.count - Int(at))
-            bytes.withUnsafeBytes { into.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(at)..<Int(at) + count])) }
-            return count
-        }
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         do {
-            try client.uploadSessionAppend(sessionID: id, offset: offset, body: body, contentHash: contentHash)
+            try client.uploadSessionAppend(sessionID: id, offset: offset, body: .data(bytes), contentHash: contentHash)
         } catch { throw remoteError(error, "an upload session") }
     }
 

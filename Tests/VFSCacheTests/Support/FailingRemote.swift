@@ -84,7 +84,7 @@ final class FailingRemote: RemoteStore, Sendable {
         try check("appendSession", id)
         try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
     }
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         try check("appendSession", id)
         try inner.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash)
     }

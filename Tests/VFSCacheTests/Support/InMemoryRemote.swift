@@ -163,11 +163,12 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
         return id
     }
 
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
-        guard DropboxContentHasher.hash(bytes) == contentHash else { throw .other("content_hash_mismatch") }
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
+        let data = [UInt8](bytes)
+        guard DropboxContentHasher.hash(data) == contentHash else { throw .other("content_hash_mismatch") }
         lock.lock(); defer { lock.unlock() }
         count("appendSessionChecked")
-        try appendLocked(id: id, data: bytes, offset: offset, close: false)
+        try appendLocked(id: id, data: data, offset: offset, close: false)
     }
 
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {

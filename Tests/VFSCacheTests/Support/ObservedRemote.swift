@@ -67,7 +67,7 @@ final class ObservedRemote: RemoteStore, Sendable {
     func appendSession(id: String, file: URL, offset: UInt64, length: UInt64, close: Bool, progress: RemoteProgress?) throws(RemoteError) {
         try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
     }
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         try inner.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash)
     }
     func finishBatch(_ entries: [(session: RemoteUploadedSession, commit: RemoteCommit)]) throws(RemoteError) -> [Result<RemoteEntry, RemoteError>] {

@@ -11,11 +11,13 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(2))) struct KernelStreamTests {
     private static let chunk = 4 << 20
 
-    /// Small chunks and quick looks, so a few MiB are enough to stream.
-    private func engine(_ fixture: WriteBackFixture, streaming: Bool = true) throws -> WriteBackEngine {
+    /// Small chunks and quick looks, so a few MiB are enough to stream; bytes settle after 50 ms
+    /// (`settle`: nil keeps the default, 1 s).
+    private func engine(_ fixture: WriteBackFixture, streaming: Bool = true, settle: TimeInterval? = 0.05) throws -> WriteBackEngine {
         try fixture.engine {
             $0.kernelWritebackInterval = 0.01
             $0.streamKernelWrites = streaming
+            if let settle { $0.kernelStreamSettle = settle }
         }
     }
 
@@ -90,6 +92,37 @@ import Testing
         #expect(fixture.memory.calls("startSession") == 2)
     }
 
+    /// Once a stream's chunks were found changed, the file writes in place (a database, an
+    /// image): its next versions are not streamed while the engine keeps it, else each would be
+    /// sent twice.
+    @Test func aFileFoundRewrittenInPlaceIsNotStreamedAgain() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(4 * Self.chunk, seed: 47)
+        let file = try engine.beginWrite(path: "/db.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/db.bin", file: file))
+        try writeWhileStreaming(fixture, file, data, sentBeforeClose: 2)
+        try kernelWrite(file, at: 0, bytes("page"))
+        data.replaceSubrange(0..<4, with: bytes("page"))
+        let first = try engine.close(path: "/db.bin", staging: file)
+        try engine.waitUntilCommitted(path: "/db.bin", generation: first, timeout: 30)
+        #expect(engine.streamedSessionsDropped.load(ordering: .relaxed) == 1)
+        // The kernel's open is still there; the file grows again.
+        let sent = fixture.memory.calls("appendSessionChecked")
+        #expect(try engine.beginWrite(path: "/db.bin", base: .newFile) === file)
+        let more = pseudoRandomBytes(3 * Self.chunk, seed: 48)
+        for offset in stride(from: 0, to: more.count, by: Self.chunk) {
+            try kernelWrite(file, at: data.count + offset, Array(more[offset..<offset + Self.chunk]))
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(fixture.memory.calls("appendSessionChecked") == sent)
+        let second = try engine.close(path: "/db.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/db.bin", generation: second, timeout: 30)
+        #expect(storedHash(fixture, "/db.bin") == DropboxContentHasher.hash(data + more))
+        #expect(fixture.memory.calls("appendSessionChecked") == sent)
+    }
+
     /// A file set to its final size first and filled in afterwards never settles: nothing of it
     /// is sent before close (it would be bytes not written yet).
     @Test func aFileSizedFirstAndFilledAfterwardsIsNotStreamed() throws {
@@ -136,7 +169,26 @@ import Testing
         #expect(engine.streamedSessionsUsed.load(ordering: .relaxed) == 0)
     }
 
-    /// With `streamKernelWrites` off, nothing goes before close (the harness's A/B switch).
+    /// A quick writer (here 20 MiB in a few tens of milliseconds, as `cp` writes) is done before
+    /// its bytes settle (1 s by default): it does not share the CPU with its own upload.
+    @Test func aQuickWriterIsDoneBeforeAnythingSettles() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture, settle: nil); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(5 * Self.chunk, seed: 49)
+        let file = try engine.beginWrite(path: "/q.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/q.bin", file: file))
+        for offset in stride(from: 0, to: data.count, by: Self.chunk) {
+            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        let generation = try engine.close(path: "/q.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/q.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/q.bin") == DropboxContentHasher.hash(data))
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+    }
+
+    /// With `streamKernelWrites` off, nothing goes before close.
     @Test func streamingCanBeTurnedOff() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try engine(fixture, streaming: false); defer { engine.shutdown(drainUntil: nil) }

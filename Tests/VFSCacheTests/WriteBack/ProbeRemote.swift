@@ -127,7 +127,7 @@ final class ProbeRemote: RemoteStore, @unchecked Sendable {
         try inner.appendSession(id: id, file: file, offset: offset, length: length, close: close, progress: progress)
         try leave("appendSession", "\(id)@\(offset)")
     }
-    func appendSessionChecked(id: String, bytes: [UInt8], offset: UInt64, contentHash: String) throws(RemoteError) {
+    func appendSessionChecked(id: String, bytes: Data, offset: UInt64, contentHash: String) throws(RemoteError) {
         try enter("appendSession", "\(id)@\(offset)")
         try inner.appendSessionChecked(id: id, bytes: bytes, offset: offset, contentHash: contentHash)
         try leave("appendSession", "\(id)@\(offset)")

@@ -182,12 +182,11 @@ public final class StagingFile: Sendable {
         }
     }
 
-    /// Up to `count` bytes from `offset` (fewer at the end of the file).
-    public func read(at offset: UInt64, count: Int) throws(Errno) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
+    /// Reads into `buffer` from `offset` until it is full or the file ends; returns the count.
+    func read(at offset: UInt64, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         var done = 0
-        while done < count {
-            let n = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset) + off_t(done)) }
+        while done < buffer.count {
+            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw Errno(errno)
@@ -195,7 +194,14 @@ public final class StagingFile: Sendable {
             if n == 0 { break }
             done += n
         }
-        out.removeSubrange(done...)
+        return done
+    }
+
+    /// Up to `count` bytes from `offset` (fewer at the end of the file).
+    public func read(at offset: UInt64, count: Int) throws(Errno) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let done = out.withUnsafeMutableBytes { buffer in Result { () throws(Errno) in try read(at: offset, into: buffer) } }
+        out.removeSubrange(try done.get()...)
         return out
     }
 

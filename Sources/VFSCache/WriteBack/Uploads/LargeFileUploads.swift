@@ -84,6 +84,9 @@ extension WriteBackEngine {
         }
         guard unchanged else {
             streamedSessionsDropped.add(1, ordering: .relaxed)
+            condition.lock()
+            if let dirty = files[job.key], dirty.file === job.file { dirty.rewritesInPlace = true }
+            condition.unlock()
             WriteBackLog.info("\(job.record.path): bytes sent while it was written changed before its close; sending it again")
             guard persist(job) else { throw .cancelled }
             return

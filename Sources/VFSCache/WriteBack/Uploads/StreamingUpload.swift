@@ -97,13 +97,14 @@ extension WriteBackEngine {
     /// `largeFileThreshold` bytes settled; a file shrunk below what was sent drops its stream.
     func noteKernelGrowth(_ file: StagingFile, settled: UInt64, size: UInt64) {
         condition.lock(); defer { condition.unlock() }
-        guard !stopped, let dirty = files.values.first(where: { $0.file === file }), dirty.writing, dirty.kernelOpens > 0
-        else { return }
+        guard !stopped, let dirty = files.values.first(where: { $0.file === file }), dirty.writing, dirty.kernelOpens > 0,
+              !dirty.rewritesInPlace else { return }
         if let stream = dirty.streaming {
             guard stream.fromKernel, !stream.handedOver else { return }
             if size < stream.nextOffset {
                 stream.cancelled.store(true, ordering: .relaxed)
                 stream.failed = true
+                dirty.rewritesInPlace = true
                 return
             }
         } else {
@@ -138,7 +139,9 @@ extension WriteBackEngine {
             return
         }
         let chunkSize = configuration.chunkSize
-        while stream.inFlight < configuration.chunksInFlight && stream.nextOffset + chunkSize <= stream.writtenPrefix {
+        let limit = stream.fromKernel ? min(configuration.kernelStreamChunksInFlight, configuration.chunksInFlight)
+                                      : configuration.chunksInFlight
+        while stream.inFlight < limit && stream.nextOffset + chunkSize <= stream.writtenPrefix {
             let offset = stream.nextOffset
             stream.nextOffset += chunkSize
             stream.inFlight += 1
@@ -179,14 +182,21 @@ extension WriteBackEngine {
 
     /// Reads one chunk of a kernel stream, takes its block digests and appends it with its content
     /// hash, so Dropbox holds exactly the bytes those digests describe. Returns the digests.
+    /// The chunk is read into a mapping of its own, unmapped when the request lets go of it: the
+    /// daemon keeps buffers up to 64 MiB on the heap (main.swift), which would hold on to them.
     private func appendChecked(_ file: StagingFile, sessionID: String, offset: UInt64, length: UInt64) throws(RemoteError) -> [[UInt8]] {
-        let bytes: [UInt8]
-        do throws(Errno) { bytes = try file.read(at: offset, count: Int(length)) } catch {
+        let count = Int(length)
+        guard let base = mmap(nil, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED else {
+            throw .other("cannot map \(count) bytes to send a chunk of \(file.name)")
+        }
+        let bytes = Data(bytesNoCopy: base, count: count, deallocator: .custom { pointer, size in munmap(pointer, size) })
+        let read: Int
+        do throws(Errno) { read = try file.read(at: offset, into: UnsafeMutableRawBufferPointer(start: base, count: count)) } catch {
             throw .other("cannot read staging file \(file.name): \(error)")
         }
-        guard bytes.count == Int(length) else { throw .other("staging file \(file.name) is shorter than \(offset + length)") }
+        guard read == count else { throw .other("staging file \(file.name) is shorter than \(offset + length)") }
         let digester = BlockDigester()
-        var digests = bytes.withUnsafeBytes { digester.update($0) }
+        var digests = digester.update(UnsafeRawBufferPointer(start: base, count: count))
         if let partial = digester.finishPartialBlock() { digests.append(partial) }
         try remote.appendSessionChecked(id: sessionID, bytes: bytes, offset: offset, contentHash: Self.contentHash(ofBlocks: digests))
         return digests
