@@ -59,6 +59,8 @@ class Fixtures:
         os.makedirs(os.path.dirname(self.big), exist_ok=True)
         write_random(self.big, self.size)
         self.big_sha256, self.big_content_hash = self._hashes(self.big)
+        self.slow_size = self.size // 4
+        self.slow_content_hash = self._hashes(self.big, self.slow_size)[1]
         self.pieces = self._split()
         self._tree("lsr", 100, self.ls_files // 100)
         self._deep()
@@ -69,10 +71,11 @@ class Fixtures:
         self._tarball()
         self._repo()
 
-    def _hashes(self, path):
+    def _hashes(self, path, length=None):
+        """SHA-256 and Dropbox content hash of the file's first `length` bytes (all: None)."""
         sha, content = hashlib.sha256(), ContentHasher()
         with open(path, "rb") as f:
-            while chunk := f.read(8 * MIB):
+            while chunk := f.read(8 * MIB if length is None else min(8 * MIB, length - f.tell())):
                 sha.update(chunk)
                 content.update(chunk)
         return sha.hexdigest(), content.hexdigest()

@@ -266,6 +266,7 @@ def run_all(bench, clients, results, args):
 def print_report(args, results, data, load_before, load_after, seconds):
     rclone_version = subprocess.run(["rclone", "version"], capture_output=True, text=True).stdout.split("\n")[0]
     names = {"SIZE": f"{args.size_mib} MiB" if args.size_mib % 1024 else f"{args.size_mib // 1024} GiB",
+             "SLOW": f"{args.size_mib // 4} MiB",
              "SMALL": str(args.small_files), "LS": f"{args.ls_files // 100 * 100:,}",
              "NS": f"{args.ns_files:,}", "DEEP": f"{data.deep_count:,}", "THREADS": str(args.random_threads),
              "READS": f"{args.random_reads:,}"}

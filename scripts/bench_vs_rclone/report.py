@@ -45,6 +45,8 @@ ROWS = [
     Row("write", "write SIZE, `cp` then until on the server, MB/s (limit: curl upload session)", "MB/s", True, True,
         "upload calls"),
     Row("write_cp", "… time until `cp` returns, s (limit: `cp` to the cache's disk; goal ≤ 1.2×)", "s", False),
+    Row("slow_write", "write SLOW at 32 MiB/s (a slow writer), then seconds from its close until on the server",
+        "s", False, True, "upload calls"),
     Row("small_files", "SMALL × 4 KiB files, `cp -r` then until on the server, s", "s", False, calls="upload calls"),
     Row("ls", "cold `ls -lR` of LS files, s (limit: recursive list_folder, 1 connection)", "s", False,
         calls="list calls"),

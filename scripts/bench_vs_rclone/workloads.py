@@ -254,6 +254,38 @@ def limit_write(bench, limits):
     limits["write"] = Limit(size / seconds / 1e6, text)
 
 
+SLOW_WRITE_RATE = 32 * 1024 * 1024   # bytes per second
+
+
+def run_slow_write(bench, client, tag):
+    """A writer slower than the network (a recording, a download, a backup written as it is made):
+    a quarter of SIZE written at 32 MiB/s, and the seconds from its close until it is on the server.
+    A client that uploads only after close makes the user wait the whole upload then."""
+    size, piece = bench.data.slow_size, 1 << 20
+    with bench.run_folder(tag) as root, bench.fresh_mount(client, root, tag) as m:
+        def on_server():
+            meta = bench.server.metadata(root + "/slow.bin")
+            return meta is not None and meta["size"] == size and meta["content_hash"] == bench.data.slow_content_hash
+
+        cpu = measured(m)
+        fd = os.open(os.path.join(m.path, "slow.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with open(bench.data.big, "rb") as src:
+                started = time.monotonic()
+                for i in range(size // piece):
+                    os.write(fd, src.read(piece))
+                    time.sleep(max(0.0, started + (i + 1) * piece / SLOW_WRITE_RATE - time.monotonic()))
+        finally:
+            os.close(fd)
+        closed = time.monotonic()
+        done = m.wait_uploaded(on_server, bench.options.upload_timeout)
+        used = cpu()
+        calls = bench.server.calls()
+        rss = m.peak_rss_mib()
+    return {"slow_write": Sample(done - closed, used * GIB / size, rss, count(calls, prefixes=UPLOAD_PREFIXES),
+                                 count(calls))}
+
+
 def run_small_files(bench, client, tag):
     count_files = bench.options.small_files
 
@@ -371,6 +403,7 @@ CASES = {
     "read": (run_read, limit_read),
     "ttfb": (run_ttfb, limit_ttfb),
     "write": (run_write, limit_write),
+    "slow": (run_slow_write, None),
     "small": (run_small_files, None),
     "ls": (run_ls, limit_ls),
     "random": (run_random, limit_random),

@@ -11,11 +11,12 @@
 ///
 /// The same look tells the engine how far such a file has settled, so it can upload a file the
 /// kernel writes while it is written (StreamingUpload.swift, "kernel streams"): the bytes below the
-/// size seen `settle` seconds earlier, if the file grew since (a file set to its final size first
-/// and filled in afterwards never settles). The delay keeps a quick writer (`cp` of 1 GiB takes
-/// about a second) from sharing the CPU with its own upload: on 2 cores that made `cp` return up
-/// to twice as late and the upload no sooner (docs/BENCHMARKS.md, "Uploading while the kernel
-/// writes"); a slow writer's file is on Dropbox soon after its close.
+/// size seen `settle` seconds earlier, if the file grew since, but by less than `maxRate` a second
+/// (a file set to its final size first and filled in afterwards never settles). A fast writer
+/// (`cp` writes 1 GiB in about a second) is left alone: it is done soon, and sharing the CPU with
+/// its own upload made its `cp` return up to twice as late on 2 cores, the upload no sooner
+/// (docs/BENCHMARKS.md, "Uploading while the kernel writes"). A slower writer's file (a recording,
+/// a download, a backup) is mostly on Dropbox by its close.
 import Foundation
 import Synchronization
 
@@ -43,6 +44,7 @@ final class StagingWriteback: Sendable {
     private let interval: TimeInterval
     private let threshold: UInt64
     private let settle: TimeInterval
+    private let maxRate: Double
     private let state = Mutex(State())
     /// Told each time a watched file grew or shrank: (file, settled prefix, size). Set once by the
     /// engine, before anything is watched.
@@ -54,10 +56,12 @@ final class StagingWriteback: Sendable {
     ///     then watched only for `onGrowth`, if it was set).
     ///   - settle: how long bytes must have been there, in a file still growing, to count as
     ///     settled for `onGrowth`.
-    init(interval: TimeInterval, threshold: UInt64, settle: TimeInterval = 1) {
+    ///   - maxRate: a file growing faster than this (bytes a second, over `settle`) settles nothing.
+    init(interval: TimeInterval, threshold: UInt64, settle: TimeInterval = 1, maxRate: UInt64 = .max) {
         self.interval = interval
         self.threshold = threshold
         self.settle = settle
+        self.maxRate = Double(maxRate)
     }
 
     /// Sets who hears of a watched file's growth (see the top of the file).
@@ -134,7 +138,8 @@ final class StagingWriteback: Sendable {
             }
             watched.looks.append((now, size))
             while watched.looks.count >= 2, now - watched.looks[1].at >= settle { watched.looks.removeFirst() }
-            if let old = watched.looks.first, now - old.at >= settle, size > old.size, old.size > watched.settled {
+            if let old = watched.looks.first, now - old.at >= settle, size > old.size, old.size > watched.settled,
+               Double(size - old.size) <= maxRate * (now - old.at) {
                 watched.settled = old.size
                 settled = old.size
             }

@@ -92,7 +92,8 @@ public final class WriteBackEngine: @unchecked Sendable {
         var configuration = configuration
         stagingWriteback = StagingWriteback(interval: configuration.kernelWritebackInterval,
                                             threshold: configuration.kernelWritebackThreshold,
-                                            settle: configuration.kernelStreamSettle)
+                                            settle: configuration.kernelStreamSettle,
+                                            maxRate: configuration.kernelStreamMaxRate)
         let block = UInt64(DropboxChunkRules.blockSize)
         configuration.chunkSize = max(block, (configuration.chunkSize + block - 1) / block * block)
         configuration.largeFileThreshold = max(configuration.largeFileThreshold, 1)

@@ -57,6 +57,9 @@ public struct WriteBackConfiguration: Sendable {
     /// How long bytes of such a file must have been there (the file still growing) before they are
     /// streamed: a quick writer is done before, and does not share the CPU with its upload.
     public var kernelStreamSettle: TimeInterval = 1
+    /// A file the kernel writes faster than this (bytes a second) is not streamed: the writer is
+    /// done soon, and its upload would only take CPU from it.
+    public var kernelStreamMaxRate: UInt64 = 128 << 20
     /// Chunks of one kernel stream in flight at once (each is read into 16 MiB of memory).
     public var kernelStreamChunksInFlight = 2
     /// The clock used for conflicted-copy dates.

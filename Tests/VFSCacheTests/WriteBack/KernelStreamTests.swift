@@ -12,12 +12,14 @@ import Testing
     private static let chunk = 4 << 20
 
     /// Small chunks and quick looks, so a few MiB are enough to stream; bytes settle after 50 ms
-    /// (`settle`: nil keeps the default, 1 s).
-    private func engine(_ fixture: WriteBackFixture, streaming: Bool = true, settle: TimeInterval? = 0.05) throws -> WriteBackEngine {
+    /// (`settle`: nil keeps the default, 1 s), whatever the rate (`maxRate`: nil keeps the default).
+    private func engine(_ fixture: WriteBackFixture, streaming: Bool = true, settle: TimeInterval? = 0.05,
+                        maxRate: UInt64? = .max) throws -> WriteBackEngine {
         try fixture.engine {
             $0.kernelWritebackInterval = 0.01
             $0.streamKernelWrites = streaming
             if let settle { $0.kernelStreamSettle = settle }
+            if let maxRate { $0.kernelStreamMaxRate = maxRate }
         }
     }
 
@@ -185,6 +187,26 @@ import Testing
         engine.releaseStaging(file)
         try engine.waitUntilCommitted(path: "/q.bin", generation: generation, timeout: 30)
         #expect(storedHash(fixture, "/q.bin") == DropboxContentHasher.hash(data))
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+    }
+
+    /// A writer faster than `kernelStreamMaxRate` is left alone, however long it writes: its
+    /// upload would take CPU from it, and it is done soon.
+    @Test func aWriterFasterThanTheMaximumRateIsNotStreamed() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try engine(fixture, maxRate: 16 << 20); defer { engine.shutdown(drainUntil: nil) }
+        let data = pseudoRandomBytes(6 * Self.chunk, seed: 50)
+        let file = try engine.beginWrite(path: "/f.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/f.bin", file: file))
+        for offset in stride(from: 0, to: data.count, by: Self.chunk) {   // 4 MiB every 40 ms: 100 MiB/s
+            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
+            Thread.sleep(forTimeInterval: 0.04)
+        }
+        #expect(fixture.memory.calls("appendSessionChecked") == 0)
+        let generation = try engine.close(path: "/f.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/f.bin", generation: generation, timeout: 30)
+        #expect(storedHash(fixture, "/f.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
     }
 
