@@ -352,11 +352,12 @@ import Testing
     /// leave the cache, and the daemon's memory, full. A random reader's blocks stay.
     @Test func aStreamingReaderDropsTheBlocksItHasPassed() throws {
         let remote = InMemoryRemote()
+        let observed = ObservedRemote(remote)
         let blockSize = 64 << 10
         let data = testBytes(32 * blockSize)
         remote.externalWrite("/seq", data)
         remote.externalWrite("/random", testBytes(32 * blockSize, seed: 3))
-        let vfs = try makeVFS(remote) { $0.memoryCacheBytes = 64 * blockSize; $0.readAheadMaxBytes = 4 * blockSize }
+        let vfs = try makeVFS(observed) { $0.memoryCacheBytes = 64 * blockSize; $0.readAheadMaxBytes = 4 * blockSize }
         defer { vfs.shutdown() }
         #expect(try vfs.readAll(try vfs.resolve("/seq"), chunk: 32 << 10) == data)
         vfs.waitUntilIdle()
@@ -367,9 +368,15 @@ import Testing
         defer { vfs.release(random, handle: reply.handle) }
         let entry = try #require(try remote.metadata(path: "/random"))
         let blocks = [20, 3, 27, 11]
+        // A read returns once its own bytes are in, before the rest of its block: each download
+        // here pauses after them, as a loaded machine's did (the one CI failure of this test).
+        let gate = DispatchSemaphore(value: 0)
+        observed.holdAfter.withLock { $0 = (8192, gate) }
         for block in blocks {
             _ = try vfs.read(random, handle: reply.handle, offset: UInt64(block * blockSize + 100), size: 4096)
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.1) { gate.signal() }
         }
+        vfs.waitUntilIdle()   // the downloads have finished their blocks
         // The random reader keeps what it read (looked up by key: a count of every block in
         // memory also moved with the streaming reader's last blocks, and failed once under load).
         for block in blocks {
