@@ -1,6 +1,6 @@
 /// `WorkerPool` and `SingleFlight` on their own: jobs run and then let go of what they captured
 /// (the disk writer's jobs hold 4 MiB blocks), and joiners share one run or give up at their
-/// deadline.
+/// deadline. And `Atomic<UInt64>.raise`/`lower` across the whole unsigned range.
 import Foundation
 import Synchronization
 import Testing
@@ -8,6 +8,21 @@ import Testing
 
 @Suite struct ConcurrencyPrimitivesTests {
     private final class Payload: Sendable {}
+
+    /// The standard library's `Atomic.min`/`max` compare `UInt64` as signed in this toolchain:
+    /// `min(3)` of `UInt64.max` kept `UInt64.max`, which broke the staging file's lowest-change mark.
+    @Test func atomicBoundsCompareTheWholeUnsignedRange() {
+        let lowest = Atomic<UInt64>(.max)
+        lowest.lower(to: 3)
+        #expect(lowest.load(ordering: .relaxed) == 3)
+        lowest.lower(to: 7)
+        #expect(lowest.load(ordering: .relaxed) == 3)
+        let highest = Atomic<UInt64>(0)
+        highest.raise(to: UInt64(Int64.max) + 5)
+        #expect(highest.load(ordering: .relaxed) == UInt64(Int64.max) + 5)
+        highest.raise(to: 9)
+        #expect(highest.load(ordering: .relaxed) == UInt64(Int64.max) + 5)
+    }
 
     @Test func aPoolReleasesWhatFinishedJobsCaptured() {
         let pool = WorkerPool(name: "test-pool", threads: 2)

@@ -63,12 +63,7 @@ final class OpenFile: @unchecked Sendable {
     /// The streaming reader is done with every block below `index` (drop-behind). Recorded
     /// before the blocks leave memory, so read-ahead that puts one back sees it and takes it out.
     func dropBehind(below index: UInt64) {
-        var current = droppedBelow.load(ordering: .sequentiallyConsistent)
-        while index > current {
-            let (exchanged, original) = droppedBelow.compareExchange(expected: current, desired: index, ordering: .sequentiallyConsistent)
-            if exchanged { break }
-            current = original
-        }
+        droppedBelow.raise(to: index)
     }
 
     /// Whether the streaming reader has already read and dropped block `index`.

@@ -37,17 +37,27 @@ import Testing
         guard written == bytes.count else { throw POSIXError(.EIO) }
     }
 
-    /// Appends `data` a chunk at a time, each once the engine has looked at the file since the
-    /// last one (so it sees the file grow), until `sentBeforeClose` chunks went out; returns.
-    private func writeWhileStreaming(_ fixture: WriteBackFixture, _ file: StagingFile, _ data: [UInt8], sentBeforeClose: Int) throws {
-        var offset = 0
-        while offset < data.count {
-            let end = min(offset + Self.chunk, data.count)
-            try kernelWrite(file, at: offset, Array(data[offset..<end]))
-            offset = end
-            Thread.sleep(forTimeInterval: 0.05)
+    /// Writes `data` at `start` a 4 MiB piece at a time, `pause` seconds after each.
+    private func kernelAppend(_ file: StagingFile, _ data: [UInt8], at start: Int = 0, pause: TimeInterval = 0.05) throws {
+        for offset in stride(from: 0, to: data.count, by: Self.chunk) {
+            try kernelWrite(file, at: start + offset, Array(data[offset..<min(offset + Self.chunk, data.count)]))
+            Thread.sleep(forTimeInterval: pause)
         }
+    }
+
+    /// Appends `data` slowly enough for the engine to see the file grow, then waits until
+    /// `sentBeforeClose` chunks went out.
+    private func writeWhileStreaming(_ fixture: WriteBackFixture, _ file: StagingFile, _ data: [UInt8], sentBeforeClose: Int) throws {
+        try kernelAppend(file, data)
         #expect(eventually { fixture.memory.calls("appendSessionChecked") >= sentBeforeClose })
+    }
+
+    /// The last close of a kernel-written file, as the glue does it (flush, then release), and
+    /// the wait until it is on Dropbox.
+    private func closeLast(_ engine: WriteBackEngine, _ path: String, _ file: StagingFile) throws {
+        let generation = try engine.close(path: path, staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: path, generation: generation, timeout: 30)
     }
 
     @Test func aFileTheKernelWritesIsUploadedWhileItIsWritten() throws {
@@ -58,9 +68,7 @@ import Testing
         #expect(engine.retainStaging(path: "/k.bin", file: file))
         try writeWhileStreaming(fixture, file, data, sentBeforeClose: 4)
         let sentBeforeClose = fixture.memory.calls("appendSessionChecked")
-        let generation = try engine.close(path: "/k.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/k.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/k.bin", file)
         #expect(storedHash(fixture, "/k.bin") == DropboxContentHasher.hash(data))
         // The settled chunks went before close, in the session the commit used.
         #expect(sentBeforeClose >= 4)
@@ -84,9 +92,7 @@ import Testing
         try writeWhileStreaming(fixture, file, data, sentBeforeClose: 3)
         try kernelWrite(file, at: 100, bytes("HEADER"))
         data.replaceSubrange(100..<106, with: bytes("HEADER"))
-        let generation = try engine.close(path: "/z.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/z.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/z.bin", file)
         #expect(storedHash(fixture, "/z.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.probe.landedCommits == ["/z.bin"])
         #expect(engine.streamedSessionsDropped.load(ordering: .relaxed) == 1)
@@ -113,14 +119,9 @@ import Testing
         let sent = fixture.memory.calls("appendSessionChecked")
         #expect(try engine.beginWrite(path: "/db.bin", base: .newFile) === file)
         let more = pseudoRandomBytes(3 * Self.chunk, seed: 48)
-        for offset in stride(from: 0, to: more.count, by: Self.chunk) {
-            try kernelWrite(file, at: data.count + offset, Array(more[offset..<offset + Self.chunk]))
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+        try kernelAppend(file, more, at: data.count)
         #expect(fixture.memory.calls("appendSessionChecked") == sent)
-        let second = try engine.close(path: "/db.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/db.bin", generation: second, timeout: 30)
+        try closeLast(engine, "/db.bin", file)
         #expect(storedHash(fixture, "/db.bin") == DropboxContentHasher.hash(data + more))
         #expect(fixture.memory.calls("appendSessionChecked") == sent)
     }
@@ -140,9 +141,7 @@ import Testing
         }
         Thread.sleep(forTimeInterval: 0.1)
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
-        let generation = try engine.close(path: "/s.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/s.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/s.bin", file)
         #expect(storedHash(fixture, "/s.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
     }
@@ -163,9 +162,7 @@ import Testing
         let second = pseudoRandomBytes(3 * Self.chunk + 7, seed: 45)
         try kernelWrite(file, at: 0, second)
         Thread.sleep(forTimeInterval: 0.1)
-        let generation = try engine.close(path: "/t.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/t.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/t.bin", file)
         #expect(storedHash(fixture, "/t.bin") == DropboxContentHasher.hash(second))
         #expect(fixture.probe.landedCommits == ["/t.bin"])
         #expect(engine.streamedSessionsUsed.load(ordering: .relaxed) == 0)
@@ -179,13 +176,8 @@ import Testing
         let data = pseudoRandomBytes(5 * Self.chunk, seed: 49)
         let file = try engine.beginWrite(path: "/q.bin", base: .newFile)
         #expect(engine.retainStaging(path: "/q.bin", file: file))
-        for offset in stride(from: 0, to: data.count, by: Self.chunk) {
-            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        let generation = try engine.close(path: "/q.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/q.bin", generation: generation, timeout: 30)
+        try kernelAppend(file, data, pause: 0.02)
+        try closeLast(engine, "/q.bin", file)
         #expect(storedHash(fixture, "/q.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
     }
@@ -198,14 +190,9 @@ import Testing
         let data = pseudoRandomBytes(6 * Self.chunk, seed: 50)
         let file = try engine.beginWrite(path: "/f.bin", base: .newFile)
         #expect(engine.retainStaging(path: "/f.bin", file: file))
-        for offset in stride(from: 0, to: data.count, by: Self.chunk) {   // 4 MiB every 40 ms: 100 MiB/s
-            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
-            Thread.sleep(forTimeInterval: 0.04)
-        }
+        try kernelAppend(file, data, pause: 0.04)   // 4 MiB every 40 ms: 100 MiB/s
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
-        let generation = try engine.close(path: "/f.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/f.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/f.bin", file)
         #expect(storedHash(fixture, "/f.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
     }
@@ -217,14 +204,9 @@ import Testing
         let data = pseudoRandomBytes(3 * Self.chunk, seed: 46)
         let file = try engine.beginWrite(path: "/o.bin", base: .newFile)
         #expect(engine.retainStaging(path: "/o.bin", file: file))
-        for offset in stride(from: 0, to: data.count, by: Self.chunk) {
-            try kernelWrite(file, at: offset, Array(data[offset..<offset + Self.chunk]))
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+        try kernelAppend(file, data)
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
-        let generation = try engine.close(path: "/o.bin", staging: file)
-        engine.releaseStaging(file)
-        try engine.waitUntilCommitted(path: "/o.bin", generation: generation, timeout: 30)
+        try closeLast(engine, "/o.bin", file)
         #expect(storedHash(fixture, "/o.bin") == DropboxContentHasher.hash(data))
         #expect(fixture.memory.calls("appendSessionChecked") == 0)
     }

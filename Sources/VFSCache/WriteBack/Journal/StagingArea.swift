@@ -149,12 +149,7 @@ public final class StagingFile: Sendable {
         changedBelowStreamed.store(false, ordering: .sequentiallyConsistent)
     }
     func streamReads(upTo end: UInt64) {
-        var current = streamedUpTo.load(ordering: .sequentiallyConsistent)
-        while end > current {
-            let (exchanged, original) = streamedUpTo.compareExchange(expected: current, desired: end, ordering: .sequentiallyConsistent)
-            if exchanged { break }
-            current = original
-        }
+        streamedUpTo.raise(to: end)
     }
     /// Whether a write or truncate landed below what the stream had read, since it started.
     var changedUnderStream: Bool { changedBelowStreamed.load(ordering: .sequentiallyConsistent) }
@@ -163,13 +158,7 @@ public final class StagingFile: Sendable {
         if offset < streamedUpTo.load(ordering: .sequentiallyConsistent) {
             changedBelowStreamed.store(true, ordering: .sequentiallyConsistent)
         }
-        var current = lowestChange.load(ordering: .sequentiallyConsistent)
-        while offset < current {
-            let (exchanged, original) = lowestChange.compareExchange(expected: current, desired: offset,
-                                                                     ordering: .sequentiallyConsistent)
-            if exchanged { break }
-            current = original
-        }
+        lowestChange.lower(to: offset)
     }
 
     public func write(at offset: UInt64, _ bytes: [UInt8]) throws(Errno) {
