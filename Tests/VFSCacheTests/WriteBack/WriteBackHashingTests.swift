@@ -24,6 +24,29 @@ import Testing
         #expect(entry.contentHash == DropboxContentHasher.hash(data))
     }
 
+    /// One open of the file is served by the kernel (passthrough), another by the daemon, which
+    /// reports its sequential writes and their digests. The kernel's writes reach neither the
+    /// digests nor the staging file's change marks, so while the kernel may write, nothing the
+    /// facade reports is used: the commit hashes the file as it is, and carries the kernel's bytes.
+    @Test func digestsReportedWhileTheKernelAlsoWritesTheFileAreNotUsed() throws {
+        let fixture = WriteBackFixture(); defer { fixture.remove() }
+        let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }
+        var data = pseudoRandomBytes(12 << 20, seed: 24)
+        let file = try engine.beginWrite(path: "/mixed.bin", base: .newFile)
+        #expect(engine.retainStaging(path: "/mixed.bin", file: file))
+        try writeSequentially(engine, "/mixed.bin", data)
+        let fd = open(file.url.path, O_WRONLY)
+        #expect(pwrite(fd, "KERNEL", 6, 10) == 6)
+        close(fd)
+        data.replaceSubrange(10..<16, with: bytes("KERNEL"))
+        let generation = try engine.close(path: "/mixed.bin", staging: file)
+        engine.releaseStaging(file)
+        try engine.waitUntilCommitted(path: "/mixed.bin", generation: generation, timeout: 30)
+        #expect(fixture.memory.content("/mixed.bin").map { DropboxContentHasher.hash($0) } == DropboxContentHasher.hash(data))
+        #expect(fixture.probe.landedCommits == ["/mixed.bin"])
+        #expect(engine.bytesHashedAtCommit.load(ordering: .relaxed) == 12 << 20)
+    }
+
     @Test func reportedRewriteBelowTheHashedBlocksHashesTheWholeFile() throws {
         let fixture = WriteBackFixture(); defer { fixture.remove() }
         let engine = try fixture.engine(); defer { engine.shutdown(drainUntil: nil) }

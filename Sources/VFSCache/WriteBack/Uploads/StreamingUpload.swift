@@ -62,10 +62,12 @@ extension WriteBackEngine {
                                        completedBlocks: CompletedBlocks) {
         condition.lock(); defer { condition.unlock() }
         guard !stopped, let dirty = dirtyFile(path: path, staging: staging), dirty.writing else { return }
+        // The kernel may write this file too (passthrough): what the facade reports is not all of
+        // it, so neither its digests nor a stream of it can be trusted (`retainStaging` dropped
+        // those from before the kernel's open).
+        guard dirty.kernelOpens == 0 else { return }
         recordDigests(dirty, contiguousBytes: contiguousBytes, completed: completedBlocks)
         if dirty.streaming?.fromKernel == true { return }   // the kernel's writes lead: its stream stays
-        // The kernel may write this file too (passthrough): what the facade reports is not all.
-        guard dirty.kernelOpens == 0 else { return }
         if dirty.streaming == nil {
             guard contiguousBytes >= configuration.largeFileThreshold else { return }
             dirty.streaming = StreamingUpload(staging: dirty.file.name)
@@ -93,8 +95,9 @@ extension WriteBackEngine {
     }
 
     /// A watched staging file the kernel writes grew or shrank (StagingWriteback.swift): bytes
-    /// below `settled` were there a look earlier and the file still grows. Streams them once
-    /// `largeFileThreshold` bytes settled; a file shrunk below what was sent drops its stream.
+    /// below `settled` have been there `kernelStreamSettle` seconds and the file still grows, not
+    /// too fast. Streams them once `largeFileThreshold` bytes settled; a file shrunk below what was
+    /// sent drops its stream.
     func noteKernelGrowth(_ file: StagingFile, settled: UInt64, size: UInt64) {
         condition.lock(); defer { condition.unlock() }
         guard !stopped, let dirty = files.values.first(where: { $0.file === file }), dirty.writing, dirty.kernelOpens > 0,
