@@ -132,7 +132,8 @@ extension WriteBackEngine {
                 committed(job, entry)
             } else {
                 // Dropbox committed other bytes than the file's (it checks no whole-file hash at
-                // finish). That rev is ours: the retry, in a new session, replaces it.
+                // finish): stale chunks in the session, or a stale hash of ours. That rev is ours:
+                // the retry hashes the file again and, in a new session, replaces it.
                 WriteBackLog.error("\(job.record.path): the bytes committed (rev \(entry.rev ?? "?"), hash \(landedHash ?? "missing")) are not the file's (\(job.record.contentHash ?? "?")); uploading it again over them")
                 rebaseOnWrongCommit(job, rev: entry.rev)
                 failed(job, .other("content hash after commit is \(landedHash ?? "missing"), expected \(job.record.contentHash ?? "?")"))
@@ -271,11 +272,13 @@ extension WriteBackEngine {
         return true
     }
 
-    /// Makes our own commit of the wrong bytes the base of the next attempt (`failed` journals it).
+    /// Makes our own commit of the wrong bytes the base of the next attempt, which hashes the file
+    /// again (`failed` journals it).
     private func rebaseOnWrongCommit(_ job: UploadJob, rev: String?) {
         condition.lock(); defer { condition.unlock() }
-        guard let rev, isCurrent(job), let dirty = files[job.key], var record = dirty.record, record.commitPath == nil else { return }
-        record.base = .revision(rev)
+        guard isCurrent(job), let dirty = files[job.key], var record = dirty.record else { return }
+        record.contentHash = nil
+        if let rev, record.commitPath == nil { record.base = .revision(rev) }
         dirty.record = record
     }
 
