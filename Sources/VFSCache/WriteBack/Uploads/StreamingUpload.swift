@@ -113,6 +113,7 @@ extension WriteBackEngine {
         } else {
             guard settled >= configuration.largeFileThreshold else { return }
             dirty.streaming = StreamingUpload(staging: dirty.file.name, fromKernel: true)
+            WriteBackLog.debug("uploading \(dirty.path) while the kernel writes it")
         }
         let stream = dirty.streaming!
         guard !stream.failed, !stream.cancelled.load(ordering: .relaxed) else { return }
