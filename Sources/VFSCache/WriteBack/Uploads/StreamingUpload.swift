@@ -108,6 +108,7 @@ extension WriteBackEngine {
                 stream.cancelled.store(true, ordering: .relaxed)
                 stream.failed = true
                 dirty.rewritesInPlace = true
+                WriteBackLog.debug("\(dirty.path) was cut below what was sent while it was written; sending it after its close")
                 return
             }
         } else {
