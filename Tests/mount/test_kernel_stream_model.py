@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mount_support import Mount, dropbox_args, dropbox_env
+from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
 from mounting import wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs root")
@@ -91,9 +91,16 @@ def check(model, read_hash, where, log):
         assert actual == digest, f"{where}: /{name} has {actual}, expected {digest}\n{log()[-3000:]}"
 
 
+@pytest.fixture
+def emu(tmp_path):
+    """An emulator of its own: the session's is compared with its seed tree by other tests."""
+    emulator = Emulator(tmp_path / "emulator", token=TOKEN).start()
+    yield emulator
+    emulator.stop()
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_slow_writers_that_go_back_land_with_their_bytes_at_close(dbxfs_binary, emulator, tmp_path, seed):
-    emu = emulator
+def test_slow_writers_that_go_back_land_with_their_bytes_at_close(dbxfs_binary, emu, tmp_path, seed):
     rng = random.Random(seed)
     model = {}   # name -> sha256 of its bytes at its last close
     versions = {}   # name -> the content hashes of every version closed
