@@ -32,11 +32,8 @@ extension WriteBackEngine {
         dirty.retainedCommit?.servedByKernel = true
         // The daemon will not see this open's writes: what it hashed or streamed from the
         // facade's writes can no longer be trusted (a kernel stream checks its own chunks).
-        if let prefix = dirty.prefixHash { prefix.invalid = true; dirty.prefixHash = nil }
-        if let stream = dirty.streaming, !stream.fromKernel, !stream.handedOver {
-            stream.cancelled.store(true, ordering: .relaxed)
-            stream.failed = true
-        }
+        dirty.dropPrefixHash()
+        if let stream = dirty.streaming, !stream.fromKernel, !stream.handedOver { stream.abandon() }
         stagingWriteback.watch(file)
         return true
     }

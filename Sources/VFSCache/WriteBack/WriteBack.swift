@@ -172,10 +172,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                 stream.cancelled.store(true, ordering: .relaxed)
                 if !stream.busy { dirty.streaming = nil }
             }
-            if !dirty.writing, let prefix = dirty.prefixHash {
-                prefix.invalid = true
-                dirty.prefixHash = nil
-            }
+            if !dirty.writing { dirty.dropPrefixHash() }
             dirty.writing = true
             dirty.retainedCommit = nil   // new bytes: no longer just the commit's
             dirty.hardError = nil
@@ -618,7 +615,12 @@ public final class WriteBackEngine: @unchecked Sendable {
     func dirtyFile(path: String, staging: StagingFile?) -> DirtyFile? {
         let atPath = files[Self.key(path)]
         guard let staging, atPath?.file !== staging else { return atPath }
-        return files.values.first { $0.file === staging }
+        return dirtyFile(holding: staging)
+    }
+
+    /// The dirty file whose staging file is `staging`, whatever its path (one file each).
+    func dirtyFile(holding staging: StagingFile) -> DirtyFile? {
+        files.values.first { $0.file === staging }
     }
 
     func isHeld(_ key: String) -> Bool {
@@ -828,8 +830,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                         if stream.handedOver && dirty.record?.sessionID != nil { streamedSince = stream.startedAt }
                         if stream.handedOver, stream.fromKernel, !stream.failed, !stream.cancelled.load(ordering: .relaxed),
                            let id = stream.sessionID, !stream.checkedChunks.isEmpty {
-                            streamed = StreamedChunks(sessionID: id, chunkSize: configuration.chunkSize,
-                                                      digests: stream.checkedChunks, startedAt: stream.startedAt)
+                            streamed = StreamedChunks(sessionID: id, digests: stream.checkedChunks, startedAt: stream.startedAt)
                         }
                         dirty.streaming = nil
                     }
@@ -923,6 +924,13 @@ final class DirtyFile {
 
     init(path: String, file: StagingFile, base: WriteBase) {
         self.path = path; self.file = file; self.newBase = base
+    }
+
+    /// The digests taken while the file was written no longer describe it: the commit hashes it
+    /// whole (PrefixHash.swift). A holder of the old object sees it marked invalid.
+    func dropPrefixHash() {
+        prefixHash?.invalid = true
+        prefixHash = nil
     }
 }
 

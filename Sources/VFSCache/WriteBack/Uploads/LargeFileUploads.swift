@@ -77,7 +77,7 @@ extension WriteBackEngine {
         let file = try hash.wait()
         job.record.contentHash = file.hash
         let blockSize = UInt64(DropboxChunkRules.blockSize)
-        let unchanged = streamed.chunkSize == configuration.chunkSize && streamed.digests.allSatisfy { offset, digests in
+        let unchanged = streamed.digests.allSatisfy { offset, digests in
             let first = Int(offset / blockSize)
             return offset % configuration.chunkSize == 0 && first + digests.count <= file.blocks.count
                 && Array(file.blocks[first..<first + digests.count]) == digests

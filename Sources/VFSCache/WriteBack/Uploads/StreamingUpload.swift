@@ -13,7 +13,8 @@
 ///
 /// **Kernel streams.** A file the kernel writes by itself (FUSE passthrough) tells the daemon
 /// nothing of its writes, so it cannot promise a settled prefix. StagingWriteback.swift reports
-/// how far such a file has settled (what was there a look earlier, while it keeps growing), and
+/// how far such a file has settled (what has been there `kernelStreamSettle` seconds, while it
+/// keeps growing, slower than `kernelStreamMaxRate`), and
 /// the engine streams those chunks the same way, but checked: each chunk is read into memory,
 /// its 4 MiB block digests taken, and sent with its content hash (`appendSessionChecked`: Dropbox
 /// refuses it if it received other bytes), so the engine knows exactly what the session holds.
@@ -52,6 +53,12 @@ final class StreamingUpload: @unchecked Sendable {
 
     /// Still doing network work: the file must not be uploaded or moved until this is false.
     var busy: Bool { starting || inFlight > 0 }
+
+    /// Given up: its transfers stop at their next progress callback, and it is never used.
+    func abandon() {
+        cancelled.store(true, ordering: .relaxed)
+        failed = true
+    }
 }
 
 extension WriteBackEngine {
@@ -84,14 +91,10 @@ extension WriteBackEngine {
     public func noteRewrite(path: String, staging: StagingFile? = nil) {
         condition.lock(); defer { condition.unlock() }
         let found = dirtyFile(path: path, staging: staging)
-        if let dirty = found, dirty.writing, let prefix = dirty.prefixHash {
-            // A later noteSequentialProgress (after a truncate to 0) starts a fresh one.
-            prefix.invalid = true
-            dirty.prefixHash = nil
-        }
+        // A later noteSequentialProgress (after a truncate to 0) starts a fresh one.
+        if let dirty = found, dirty.writing { dirty.dropPrefixHash() }
         guard let dirty = found, let stream = dirty.streaming, !stream.handedOver else { return }
-        stream.cancelled.store(true, ordering: .relaxed)
-        stream.failed = true
+        stream.abandon()
     }
 
     /// A watched staging file the kernel writes grew or shrank (StagingWriteback.swift): bytes
@@ -100,13 +103,12 @@ extension WriteBackEngine {
     /// sent drops its stream.
     func noteKernelGrowth(_ file: StagingFile, settled: UInt64, size: UInt64) {
         condition.lock(); defer { condition.unlock() }
-        guard !stopped, let dirty = files.values.first(where: { $0.file === file }), dirty.writing, dirty.kernelOpens > 0,
+        guard !stopped, let dirty = dirtyFile(holding: file), dirty.writing, dirty.kernelOpens > 0,
               !dirty.rewritesInPlace else { return }
         if let stream = dirty.streaming {
             guard stream.fromKernel, !stream.handedOver else { return }
             if size < stream.nextOffset {
-                stream.cancelled.store(true, ordering: .relaxed)
-                stream.failed = true
+                stream.abandon()
                 dirty.rewritesInPlace = true
                 WriteBackLog.debug("\(dirty.path) was cut below what was sent while it was written; sending it after its close")
                 return
@@ -225,8 +227,7 @@ extension WriteBackEngine {
             record.state = .uploading
             return id
         }
-        stream.cancelled.store(true, ordering: .relaxed)
-        stream.failed = true
+        stream.abandon()
         return nil
     }
 }
@@ -235,7 +236,7 @@ extension WriteBackEngine {
 /// (`LargeFileUploads.adoptStreamedSession`): the session and each chunk's block digests.
 struct StreamedChunks: Sendable {
     let sessionID: String
-    let chunkSize: UInt64
+    /// Offset (a multiple of the chunk size) → the digests of the chunk's 4 MiB blocks.
     let digests: [UInt64: [[UInt8]]]
     let startedAt: Date
 }
