@@ -384,6 +384,49 @@ import Testing
         }
     }
 
+    /// A read returns once its bytes are in, and its download keeps the block only after that.
+    /// A streaming reader can be two blocks on, and have dropped the block, before it is kept:
+    /// the download must see that and not keep it. (Under load, blocks 0, 4 and 20 of 32 were
+    /// left in memory by the test above.) Made deterministic by holding the reader's own
+    /// download of block 0 between its last byte and the keep, until the reader has passed it.
+    @Test func aBlockKeptAfterItsStreamingReaderPassedItIsDropped() throws {
+        final class HoldFirstFetch: CacheObserver, @unchecked Sendable {
+            let release = DispatchSemaphore(value: 0)
+            let held = Atomic<Bool>(false)
+            func blockHit(in tier: CacheTier) {}
+            func blocksEvicted(_ count: Int, from tier: CacheTier) {}
+            func blockDownloaded() {
+                // The first block downloaded is block 0, by the reader's own fetch: read-ahead
+                // starts only after the reader's first block (prefetchThreshold).
+                guard held.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+                _ = release.wait(timeout: .now() + 10)
+            }
+        }
+        let remote = InMemoryRemote()
+        let blockSize = 64 << 10
+        let data = testBytes(6 * blockSize)
+        remote.externalWrite("/seq", data)
+        let observer = HoldFirstFetch()
+        let vfs = try makeVFS(remote) {
+            $0.memoryCacheBytes = 64 * blockSize; $0.readAheadMaxBytes = 2 * blockSize
+            $0.prefetchThreshold = 2 * blockSize; $0.observer = observer
+        }
+        defer { vfs.shutdown() }
+        let file = try vfs.resolve("/seq")
+        let reply = try vfs.open(file, flags: .read)
+        for index in 0..<4 {   // blocks 0 and 1 come from the reader's own fetches, the rest from read-ahead
+            let bytes = try vfs.read(file, handle: reply.handle, offset: UInt64(index * blockSize), size: blockSize)
+            #expect(bytes == Array(data[index * blockSize..<(index + 1) * blockSize]), "block \(index)")
+        }
+        let held = observer.held.load(ordering: .relaxed)
+        #expect(held, "the reader's own fetch of block 0 was held")
+        observer.release.signal()   // the reader is past block 0 and has dropped it: now it is kept
+        vfs.waitUntilIdle()
+        vfs.release(file, handle: reply.handle)
+        let entry = try #require(try remote.metadata(path: "/seq"))
+        #expect(!vfs.blocks.memory.contains(BlockKey(fileID: entry.id, rev: entry.rev ?? "", index: 0)))
+    }
+
     /// Read-ahead that runs late (a loaded machine: its one thread is busy elsewhere) finds that
     /// its streaming reader has fetched, read and dropped those blocks itself meanwhile: it must
     /// neither download them again nor put them back in memory, where no reader would ever drop

@@ -82,6 +82,11 @@ final class BlockStore: @unchecked Sendable {
         fill = BackgroundFill(threads: config.backgroundFillParallelism, spanBlocks: config.readAheadSpanBlocks) { [unowned self] job in
             fillBlocks(job)
         }
+        // Memory for the first cold reads, ready before they come (BlockBufferPool.prefill).
+        let blocks = config.prefilledBlockBuffers, blockSize = config.blockSize
+        if blocks > 0 {
+            readAheadPool.submit { BlockBufferPool.shared.prefill(count: blocks, byteCount: blockSize) }
+        }
     }
 
     /// What a read asks to be downloaded when its bytes are not cached.
@@ -105,8 +110,10 @@ final class BlockStore: @unchecked Sendable {
     /// The bytes `within` (offsets inside the block) of block `request`, waiting for a fetch
     /// already under way if there is one, and only until those bytes are in. Failures are EIO
     /// (EACCES for content Dropbox refuses), with one error line naming the file, the range and
-    /// the cause.
-    func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize) throws(Errno) -> [Slice] {
+    /// the cause. `droppedByReader`, as for `prefetch`: a block this read downloads and the
+    /// streaming reader has dropped by the time it is kept is not kept.
+    func read(_ request: BlockRequest, within: Range<Int>, fetch size: FetchSize,
+              droppedByReader: @escaping @Sendable (UInt64) -> Bool = { _ in false }) throws(Errno) -> [Slice] {
         let started = ContinuousClock.now
         if let block = memory.get(request.key) ?? scattered.get(request.key) {
             config.observer?.blockHit(in: .memory)
@@ -120,7 +127,7 @@ final class BlockStore: @unchecked Sendable {
                 trace(request, within, "fragments", since: started)
                 return slices
             }
-            let block = try wholeBlock(request, prefix: within.upperBound, deadline: deadline)
+            let block = try wholeBlock(request, prefix: within.upperBound, deadline: deadline, droppedByReader: droppedByReader)
             if case .around = size { trace(request, within, "block", since: started) }
             return [Slice(block: block, bytes: within, isWholeBlock: true)]
         } catch {
@@ -153,7 +160,13 @@ final class BlockStore: @unchecked Sendable {
 
     /// The block once its first `prefix` bytes are in: from memory or the disk, else from the
     /// fetch under way, else from a download this call starts on the fetch pool.
-    private func wholeBlock(_ request: BlockRequest, prefix: Int, deadline: Date) throws(Errno) -> CachedBlock {
+    ///
+    /// The read returns once its own bytes are in; the download keeps the block after its last
+    /// byte. A streaming reader may be two blocks on and have dropped this one by then (a loaded
+    /// machine: `VFSDataTests.aStreamingReaderDropsTheBlocksItHasPassed` found blocks 0, 4 and
+    /// 20 of 32 left in memory), so the download checks `droppedByReader` after keeping it.
+    private func wholeBlock(_ request: BlockRequest, prefix: Int, deadline: Date,
+                            droppedByReader: @escaping @Sendable (UInt64) -> Bool) throws(Errno) -> CachedBlock {
         while true {
             let epoch = self.epoch(of: request.key.fileID)
             let (fetch, claimed) = flights.joinOrClaim(FlightKey(block: request.key, epoch: epoch))
@@ -162,7 +175,9 @@ final class BlockStore: @unchecked Sendable {
                     flights.finish(fetch, .success(block))
                     return block
                 }
-                let submitted = fetchPool.submit { [self] in download([(request, fetch)], epoch: epoch, computeDigests: false) }
+                let submitted = fetchPool.submit { [self] in
+                    download([(request, fetch)], epoch: epoch, computeDigests: false, droppedByReader: droppedByReader)
+                }
                 if !submitted { flights.finish(fetch, .failure(.io)) }
             }
             do throws(Errno) {

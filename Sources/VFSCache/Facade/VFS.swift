@@ -370,7 +370,8 @@ public final class VFS: FilesystemOperations, Sendable {
         for index in firstBlock...lastBlock {
             let blockStart = index * blockSize
             let within = Int(max(offset, blockStart) - blockStart)..<Int(min(end, blockStart + blockSize) - blockStart)
-            let read = try blocks.read(file.blockRequest(index, blockSize: config.blockSize), within: within, fetch: fetch)
+            let read = try blocks.read(file.blockRequest(index, blockSize: config.blockSize), within: within, fetch: fetch,
+                                       droppedByReader: { [file] in file.hasDropped($0) })
             wholeBlocksRead.append(read.count == 1 && read[0].isWholeBlock ? read[0].block : nil)
             slices += read
         }
