@@ -39,6 +39,43 @@ import Testing
         #expect(watched == nil)
     }
 
+    /// A new job wakes one worker, not all: jobs submitted from several threads while others
+    /// wait for the pool to go idle must all run (a signal that reached a waiter instead of a
+    /// worker would leave a job queued and the waiter waiting), and each job gets a thread of its
+    /// own when threads are free (blocking jobs run side by side).
+    @Test func everyJobRunsWhileOthersWaitForIdleAndFreeThreadsRunJobsSideBySide() {
+        let pool = WorkerPool(name: "test-pool", threads: 4)
+        defer { pool.stop() }
+        let ran = Atomic<Int>(0)
+        let submitters = (0..<3).map { _ in
+            Thread {
+                for _ in 0..<300 {
+                    pool.submit { ran.add(1, ordering: .relaxed) }
+                    if Bool.random() { pool.waitUntilIdle() }
+                }
+            }
+        }
+        submitters.forEach { $0.start() }
+        let deadline = Date(timeIntervalSinceNow: 20)
+        while ran.load(ordering: .relaxed) < 900 && Date() < deadline { pool.waitUntilIdle(); Thread.sleep(forTimeInterval: 0.001) }
+        pool.waitUntilIdle()
+        #expect(ran.load(ordering: .relaxed) == 900)
+
+        // Four jobs that each wait for all four to have started finish only if four threads run them.
+        let started = Atomic<Int>(0)
+        let finished = Atomic<Int>(0)
+        for _ in 0..<4 {
+            pool.submit {
+                started.add(1, ordering: .relaxed)
+                let until = Date(timeIntervalSinceNow: 5)
+                while started.load(ordering: .relaxed) < 4 && Date() < until { Thread.sleep(forTimeInterval: 0.001) }
+                if started.load(ordering: .relaxed) == 4 { finished.add(1, ordering: .relaxed) }
+            }
+        }
+        pool.waitUntilIdle()
+        #expect(finished.load(ordering: .relaxed) == 4)
+    }
+
     @Test func joinersShareOneRunAndGiveUpAtTheirDeadline() throws {
         let flights = SingleFlight<Int, Int>()
         let runs = Atomic<Int>(0)

@@ -1,11 +1,21 @@
 /// `WorkerPool`: a fixed number of plain threads running queued jobs: the cache's own bounded
 /// pool for network and disk work, so that blocking I/O never runs on Swift's cooperative pool
 /// and never grows without bound. Jobs run in submission order.
+///
+/// A new job wakes one idle thread, not all of them: the fetch pools have 16 threads, and waking
+/// every one for each job (they then queue on the lock to find nothing) cost a cold read's first
+/// byte about a millisecond of futex traffic on 2 cores (docs/BENCHMARKS.md, "Time to first
+/// byte at 0 ms"). Only a thread in `waitUntilIdle` (tests, shutdown) needs to hear of every
+/// finished job; while one waits, the pool broadcasts as before, since it waits on the same
+/// condition and a single signal could wake it instead of a worker.
 import Foundation
 
 final class WorkerPool: @unchecked Sendable {
-    // @unchecked: `queue`, `head`, `busy` and `stopped` are only touched with `condition` locked.
+    // @unchecked: `queue`, `head`, `busy`, `stopped` and `idleWaiters` are only touched with
+    // `condition` locked.
     private let condition = NSCondition()
+    /// Threads in `waitUntilIdle`.
+    private var idleWaiters = 0
     /// Jobs; taken ones are set to nil at once, so nothing they capture (a 4 MiB block for the
     /// disk writer) outlives its run while it waits for the array to be compacted.
     private var queue: [(@Sendable () -> Void)?] = []
@@ -27,13 +37,15 @@ final class WorkerPool: @unchecked Sendable {
         condition.lock(); defer { condition.unlock() }
         guard !stopped else { return false }
         queue.append(job)
-        condition.broadcast()   // not signal: `waitUntilIdle` waits on the same condition
+        if idleWaiters > 0 { condition.broadcast() } else { condition.signal() }
         return true
     }
 
     /// Blocks until no job is queued or running (tests, orderly shutdown).
     func waitUntilIdle() {
         condition.lock(); defer { condition.unlock() }
+        idleWaiters += 1
+        defer { idleWaiters -= 1 }
         while head < queue.count || busy > 0 { condition.wait() }
     }
 
@@ -72,7 +84,9 @@ final class WorkerPool: @unchecked Sendable {
             job = nil   // let go of what it captured before reporting idle
             condition.lock()
             busy -= 1
-            condition.broadcast()
+            // Only a thread in waitUntilIdle waits for this; it shares the condition with the
+            // idle workers, so it takes a broadcast to reach it.
+            if idleWaiters > 0 && head == queue.count && busy == 0 { condition.broadcast() }
             condition.unlock()
         }
     }
