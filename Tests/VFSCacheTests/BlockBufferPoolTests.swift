@@ -24,6 +24,23 @@ import Testing
         #expect(pool.pooledBytes == 2 * 8192)
     }
 
+    /// A prefilled pool hands out the buffers it mapped ahead of time, and prefills no further
+    /// than its cap.
+    @Test func prefilledBuffersAreHandedOutUpToTheCap() {
+        let pool = BlockBufferPool(capBytes: 3 * (2 << 20))
+        pool.prefill(count: 2, byteCount: 2 << 20)
+        #expect(pool.pooledBytes == 2 * (2 << 20))
+        pool.prefill(count: 5, byteCount: 2 << 20)
+        #expect(pool.pooledBytes == 3 * (2 << 20))
+        let taken = (0..<3).map { _ in pool.take(byteCount: 2 << 20) }
+        #expect(pool.pooledBytes == 0)
+        for buffer in taken {
+            buffer.initializeMemory(as: UInt8.self, repeating: 1)
+            #expect(buffer[(2 << 20) - 1] == 1)
+            pool.give(buffer)
+        }
+    }
+
     /// Block sizes that are multiples of 2 MiB are mapped on a 2 MiB boundary (for huge pages),
     /// and every byte is usable.
     @Test func hugePageSizedBuffersAreAlignedAndWritable() {

@@ -55,6 +55,9 @@ public struct VFSConfig: Sendable {
     public var blockSize: Int = 4 << 20
     /// Largest read-ahead window; it starts at two blocks and doubles while reads stay sequential.
     public var readAheadMaxBytes: Int = 128 << 20
+    /// Block buffers mapped and populated when the mount starts, so a cold file's first read does
+    /// not wait for fresh memory (BlockBufferPool.prefill): 8 MiB resident from the start.
+    public var prefilledBlockBuffers: Int = 2
     /// Threads (and so parallel ranged downloads) used for read-ahead.
     public var readAheadParallelism: Int = 16
     /// Read-ahead fetches up to this many consecutive blocks (aligned groups) with one ranged
