@@ -390,6 +390,46 @@ import Testing
         try close(w.vfs, ino, opened.handle)
     }
 
+    /// An fsync through a writer that has written nothing, while the file's last close is still
+    /// waiting to upload: with passthrough on, that open began a new period of writes (its staging
+    /// file is readied at open for the kernel), so the engine holds the pending upload until the
+    /// period's close, and the fsync, which waited for the earlier close's upload, waited for the
+    /// whole hour of its timeout. fsstress (seed 13) hung this way in fdatasync when the glue did
+    /// not hand the open to the kernel. It must journal the period and return once on Dropbox.
+    @Test func anFsyncThroughAWriterThatWroteNothingReturnsOnceThePendingBytesAreOnDropbox() throws {
+        let remote = InMemoryRemote()
+        let failing = FailingRemote(remote)
+        let uploadsDown = Atomic<Bool>(true)
+        failing.setRule { name, _ in
+            let upload = ["upload", "uploadClosedSession", "startSession", "appendSession", "finishBatch"].contains(name)
+            return upload && uploadsDown.load(ordering: .relaxed) ? .unavailable("uploads held by the test") : nil
+        }
+        let w = try Writable(failing) { $0.passthroughWrites = true }
+        let bytes = Array("closed, not uploaded yet".utf8)
+        let (entry, created) = try w.vfs.create(parent: rootInode, name: "pending.txt", flags: [.write, .truncate])
+        let ino = entry.attributes.ino
+        try write(w.vfs, ino, created.handle, at: 0, bytes)
+        try close(w.vfs, ino, created.handle)
+        // Opened for writing again, not handed to the kernel (the glue declined), nothing written.
+        let writer = try w.vfs.open(ino, flags: [.write])
+        let synced = DispatchSemaphore(value: 0)
+        let outcome = Mutex<String>("waiting")
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            do {
+                try vfs.fsync(ino, handle: writer.handle)
+                outcome.withLock { $0 = remote.content("/pending.txt") == bytes ? "on Dropbox" : "returned, not on Dropbox" }
+            } catch { outcome.withLock { $0 = "\(error)" } }
+            synced.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        uploadsDown.store(false, ordering: .relaxed)
+        #expect(synced.wait(timeout: .now() + 20) == .success, "the fsync still waits 20 s after uploads came back")
+        #expect(outcome.withLock { $0 } == "on Dropbox")
+        try close(w.vfs, ino, writer.handle)
+        w.sync()
+        #expect(remote.content("/pending.txt") == bytes)
+    }
+
     /// A file the mount wrote, committed, then changed on Dropbox by someone else while a reader
     /// of ours still had it open: a later edit through the mount starts from their version, not
     /// from our old bytes that the open reader kept alive (that would overwrite their change).

@@ -490,7 +490,12 @@ extension VFS {
             if handle.servedByKernel.load(ordering: .relaxed) {
                 try journalKernelWrites(handle, durable: false)
             } else {
-                try journal(handle, durable: false)
+                // Forced, whether or not this handle wrote: a period of writes begun by an open
+                // (passthrough readies the staging file then) holds the file's pending upload
+                // until it is journaled, and the wait below would wait for that upload
+                // (`anFsyncThroughAWriterThatWroteNothingReturnsOnceThePendingBytesAreOnDropbox`).
+                // `journalFile` journals only a file in such a period.
+                try journal(handle, force: true, durable: false)
             }
         } else {
             try journalFile(file, durable: false)
