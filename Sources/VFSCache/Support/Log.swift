@@ -1,6 +1,9 @@
 /// `Logger`: the cache layer's small logging facility. Messages go to stderr by default; tests
 /// inject a sink to capture them, and the CLI sets the level (`-v`, `--debug`, ...).
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
@@ -30,8 +33,7 @@ public final class Logger: Sendable {
     /// Writes "dbxfs: <level>: <message>" lines to stderr in one write each, so lines from
     /// concurrent threads never interleave.
     public static let standardErrorSink: Sink = { level, message in
-        let line = "dbxfs: \(level.label): \(message)\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        StandardError.write("dbxfs: \(level.label): \(message)\n")
     }
 
     public init(level: LogLevel = .warning, sink: @escaping Sink = Logger.standardErrorSink) {
@@ -53,4 +55,29 @@ public final class Logger: Sendable {
     public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
     public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
     public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+}
+
+/// Standard error, written with write(2). Foundation's `FileHandle.write` traps when a write
+/// fails (SIGILL), and a detached mount's stderr is a log file in its cache directory: a full
+/// cache disk stopped the daemon at the line that would have said so
+/// (Tests/cli/test_unwritable_log.py). A line that cannot be written is let go.
+public enum StandardError {
+    /// Writes all of `text` in as few write(2) calls as the kernel allows (one, normally, so
+    /// lines from concurrent threads do not interleave); gives up quietly on an error.
+    public static func write(_ text: String) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeMutableBytes { buffer in
+                Glibc.write(STDERR_FILENO, buffer.baseAddress! + offset, buffer.count - offset)
+            }
+            if written > 0 {
+                offset += written
+            } else if written < 0 && errno == EINTR {
+                continue
+            } else {
+                return
+            }
+        }
+    }
 }

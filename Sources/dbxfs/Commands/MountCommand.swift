@@ -163,7 +163,7 @@ enum MountCommand {
 
 /// "2026-11-29T21:04:05.123Z dbxfs: info: message": the daemon's log lines carry a timestamp.
 let timestampedStandardErrorSink: Logger.Sink = { level, message in
-    FileHandle.standardError.write(Data(timestamped(level, message).utf8))
+    StandardError.write(timestamped(level, message))
 }
 
 /// The log lines of a detached mount until it is live: kept in memory, then written to stderr
@@ -180,7 +180,7 @@ final class StartupLog: Sendable {
                 lines!.append(line)
                 return true
             }
-            if !held { FileHandle.standardError.write(Data(line.utf8)) }
+            if !held { StandardError.write(line) }
         }
     }
 
@@ -189,7 +189,7 @@ final class StartupLog: Sendable {
             defer { lines = nil }
             return lines ?? []
         }
-        if !lines.isEmpty { FileHandle.standardError.write(Data(lines.joined().utf8)) }
+        if !lines.isEmpty { StandardError.write(lines.joined()) }
     }
 }
 

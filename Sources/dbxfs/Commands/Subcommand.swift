@@ -5,6 +5,7 @@
 /// token, unreachable server, mount refused), 2 bad command line, 3 (status, sync and the file
 /// commands) no dbxfs mount there.
 import Foundation
+import VFSCache
 
 struct Subcommand: Sendable {
     let name: String
@@ -53,5 +54,5 @@ struct Subcommand: Sendable {
 
 /// Writes the single line a failing command leaves for the user, on stderr.
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data("dbxfs: \(message)\n".utf8))
+    StandardError.write("dbxfs: \(message)\n")
 }

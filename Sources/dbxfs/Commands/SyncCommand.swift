@@ -2,6 +2,7 @@
 /// before the call is committed to Dropbox. Exit 0 when it is; otherwise names each file that
 /// is not, with its last error, and exits 1.
 import Foundation
+import VFSCache
 
 enum SyncCommand {
     static let usage = """
@@ -84,7 +85,7 @@ enum SyncCommand {
         printError("\(what) \(target.mountpoint) \(report.left.count == 1 ? "is" : "are") not on Dropbox yet\(timedOut ? " after \(Int(seconds)) s" : ""):")
         for item in report.left {
             let why = item.lastError ?? (item.openForWriting ? "still open for writing" : item.state)
-            FileHandle.standardError.write(Data("  \(item.operation ?? item.path): \(why)\n".utf8))
+            StandardError.write("  \(item.operation ?? item.path): \(why)\n")
         }
         return 1
     }

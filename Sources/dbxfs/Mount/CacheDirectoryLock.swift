@@ -13,6 +13,7 @@
 /// and it is taken after the fork into the background, by the process that serves and drains.
 /// The lock file is never removed: a new file at the same path would be a second lock.
 import Foundation
+import VFSCache
 
 final class CacheDirectoryLock: Sendable {
     struct Refused: Error, CustomStringConvertible { var description: String }
@@ -132,6 +133,6 @@ final class CacheDirectoryLock: Sendable {
             write("\(terminal ? "\r\u{1B}[K" : "")dbxfs: the cache directory \(directory) is free now; mounting\n")
         }
 
-        private func write(_ text: String) { FileHandle.standardError.write(Data(text.utf8)) }
+        private func write(_ text: String) { StandardError.write(text) }
     }
 }

@@ -35,6 +35,6 @@ enum WriteBackLog {
             return
         }
         if let custom = sink.withLock({ $0 }) { custom(level, message); return }
-        FileHandle.standardError.write(Data("dbxfs writeback \(level.rawValue): \(message)\n".utf8))
+        StandardError.write("dbxfs writeback \(level.rawValue): \(message)\n")
     }
 }
