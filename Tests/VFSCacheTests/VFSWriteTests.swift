@@ -360,33 +360,20 @@ import Testing
     /// the bytes are on Dropbox (under the new name), not as soon as the old name has no upload.
     @Test func anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox() throws {
         let remote = InMemoryRemote()
-        let failing = FailingRemote(remote)
-        let uploadsDown = Atomic<Bool>(true)
-        failing.setRule { name, _ in
-            let upload = ["upload", "uploadClosedSession", "startSession", "appendSession", "finishBatch"].contains(name)
-            return upload && uploadsDown.load(ordering: .relaxed) ? .unavailable("uploads held by the test") : nil
-        }
-        let w = try Writable(failing)
+        let uploads = HeldUploads(remote)
+        let w = try Writable(uploads.remote)
         let bytes = Array("fsynced, then renamed".utf8)
         let (entry, opened) = try w.vfs.create(parent: rootInode, name: "old.txt", flags: [.write, .truncate])
         let ino = entry.attributes.ino
         try write(w.vfs, ino, opened.handle, at: 0, bytes)
-        let synced = DispatchSemaphore(value: 0)
-        let outcome = Mutex<String>("waiting")
-        DispatchQueue.global().async { [vfs = w.vfs] in
-            do {
-                try vfs.fsync(ino, handle: opened.handle)
-                outcome.withLock { $0 = remote.content("/new.txt") == bytes ? "on Dropbox" : "returned, not on Dropbox" }
-            } catch { outcome.withLock { $0 = "\(error)" } }
-            synced.signal()
-        }
+        let fsync = BackgroundFsync(w.vfs, ino, opened.handle, until: remote, holds: bytes, at: "/new.txt")
         Thread.sleep(forTimeInterval: 0.2)   // the fsync waits for its (failing) upload
         try w.vfs.rename(parent: rootInode, name: "old.txt", newParent: rootInode, newName: "new.txt", flags: [])
         Thread.sleep(forTimeInterval: 0.3)
-        #expect(outcome.withLock { $0 } == "waiting", "the fsync returned while its bytes were not on Dropbox")
-        uploadsDown.store(false, ordering: .relaxed)
-        #expect(synced.wait(timeout: .now() + 20) == .success)
-        #expect(outcome.withLock { $0 } == "on Dropbox")
+        #expect(fsync.outcome == "waiting", "the fsync returned while its bytes were not on Dropbox")
+        uploads.release()
+        #expect(fsync.done.wait(timeout: .now() + 20) == .success)
+        #expect(fsync.outcome == "on Dropbox")
         try close(w.vfs, ino, opened.handle)
     }
 
@@ -398,13 +385,8 @@ import Testing
     /// not hand the open to the kernel. It must journal the period and return once on Dropbox.
     @Test func anFsyncThroughAWriterThatWroteNothingReturnsOnceThePendingBytesAreOnDropbox() throws {
         let remote = InMemoryRemote()
-        let failing = FailingRemote(remote)
-        let uploadsDown = Atomic<Bool>(true)
-        failing.setRule { name, _ in
-            let upload = ["upload", "uploadClosedSession", "startSession", "appendSession", "finishBatch"].contains(name)
-            return upload && uploadsDown.load(ordering: .relaxed) ? .unavailable("uploads held by the test") : nil
-        }
-        let w = try Writable(failing) { $0.passthroughWrites = true }
+        let uploads = HeldUploads(remote)
+        let w = try Writable(uploads.remote) { $0.passthroughWrites = true }
         let bytes = Array("closed, not uploaded yet".utf8)
         let (entry, created) = try w.vfs.create(parent: rootInode, name: "pending.txt", flags: [.write, .truncate])
         let ino = entry.attributes.ino
@@ -412,19 +394,11 @@ import Testing
         try close(w.vfs, ino, created.handle)
         // Opened for writing again, not handed to the kernel (the glue declined), nothing written.
         let writer = try w.vfs.open(ino, flags: [.write])
-        let synced = DispatchSemaphore(value: 0)
-        let outcome = Mutex<String>("waiting")
-        DispatchQueue.global().async { [vfs = w.vfs] in
-            do {
-                try vfs.fsync(ino, handle: writer.handle)
-                outcome.withLock { $0 = remote.content("/pending.txt") == bytes ? "on Dropbox" : "returned, not on Dropbox" }
-            } catch { outcome.withLock { $0 = "\(error)" } }
-            synced.signal()
-        }
+        let fsync = BackgroundFsync(w.vfs, ino, writer.handle, until: remote, holds: bytes, at: "/pending.txt")
         Thread.sleep(forTimeInterval: 0.3)
-        uploadsDown.store(false, ordering: .relaxed)
-        #expect(synced.wait(timeout: .now() + 20) == .success, "the fsync still waits 20 s after uploads came back")
-        #expect(outcome.withLock { $0 } == "on Dropbox")
+        uploads.release()
+        #expect(fsync.done.wait(timeout: .now() + 20) == .success, "the fsync still waits 20 s after uploads came back")
+        #expect(fsync.outcome == "on Dropbox")
         try close(w.vfs, ino, writer.handle)
         w.sync()
         #expect(remote.content("/pending.txt") == bytes)
@@ -1031,3 +1005,36 @@ extension VFSWriteTests {
     }
 }
 
+/// Uploads refused (as if Dropbox were unreachable) until `release()`: fsyncs then wait.
+private final class HeldUploads: Sendable {
+    let remote: FailingRemote
+    private let down = Atomic<Bool>(true)
+
+    init(_ inner: InMemoryRemote) {
+        remote = FailingRemote(inner)
+        remote.setRule { [weak self] name, _ in
+            let upload = ["upload", "uploadClosedSession", "startSession", "appendSession", "finishBatch"].contains(name)
+            return upload && self?.down.load(ordering: .relaxed) == true ? .unavailable("uploads held by the test") : nil
+        }
+    }
+
+    func release() { down.store(false, ordering: .relaxed) }
+}
+
+/// An fsync on another thread; `outcome` says whether it is still waiting, returned with the
+/// bytes on Dropbox at `path`, returned without them, or failed.
+private final class BackgroundFsync: Sendable {
+    let done = DispatchSemaphore(value: 0)
+    private let state = Mutex("waiting")
+    var outcome: String { state.withLock { $0 } }
+
+    init(_ vfs: VFS, _ ino: InodeNumber, _ handle: HandleID, until remote: InMemoryRemote, holds bytes: [UInt8], at path: String) {
+        DispatchQueue.global().async { [self] in
+            do {
+                try vfs.fsync(ino, handle: handle)
+                state.withLock { $0 = remote.content(path) == bytes ? "on Dropbox" : "returned, not on Dropbox" }
+            } catch { state.withLock { $0 = "\(error)" } }
+            done.signal()
+        }
+    }
+}
