@@ -3,6 +3,7 @@ options, bad sizes (on the command line and in the config file), expired or revo
 tokens, an unreachable server, and mountpoints that are a file, missing or already mounted."""
 
 import json
+import subprocess
 
 import pytest
 
@@ -130,3 +131,15 @@ def test_sync_of_a_missing_path(cli, tmp_path):
 
 def test_invalid_profile_name(cli, mountpoint):
     assert "invalid profile name" in one_clear_line(cli.run("--profile", "../etc", str(mountpoint)))
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"]])
+def test_output_that_cannot_be_written_is_one_clear_line(cli, args):
+    """A full disk under a redirect (stdout on /dev/full): one line naming the cause and exit 1,
+    not a crash (FileHandle.write traps: exit 132 and a backtrace)."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([cli.binary, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                                timeout=60, env=cli.env)
+    line = one_clear_line(subprocess.CompletedProcess(result.args, result.returncode, "", result.stderr))
+    assert result.returncode == 1, result.stderr
+    assert "cannot write to standard output" in line and "No space left on device" in line

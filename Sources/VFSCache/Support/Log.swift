@@ -62,22 +62,25 @@ public final class Logger: Sendable {
 /// cache disk stopped the daemon at the line that would have said so
 /// (Tests/cli/test_unwritable_log.py). A line that cannot be written is let go.
 public enum StandardError {
-    /// Writes all of `text` in as few write(2) calls as the kernel allows (one, normally, so
-    /// lines from concurrent threads do not interleave); gives up quietly on an error.
-    public static func write(_ text: String) {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { buffer in
-                Glibc.write(STDERR_FILENO, buffer.baseAddress! + offset, buffer.count - offset)
-            }
-            if written > 0 {
-                offset += written
-            } else if written < 0 && errno == EINTR {
-                continue
-            } else {
-                return
-            }
+    public static func write(_ text: String) { _ = writeAll(STDERR_FILENO, Array(text.utf8)) }
+}
+
+/// Writes all of `bytes` to `descriptor` with write(2), in one call normally (so lines from
+/// concurrent threads do not interleave), retrying after EINTR. Returns the errno that stopped
+/// it, or nil once everything is out.
+public func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) -> Int32? {
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeBytes { buffer in
+            Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+        }
+        if written > 0 {
+            offset += written
+        } else if written < 0 && errno == EINTR {
+            continue
+        } else {
+            return written < 0 ? errno : EIO
         }
     }
+    return nil
 }

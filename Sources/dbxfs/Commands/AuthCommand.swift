@@ -159,7 +159,7 @@ enum AuthCommand {
                   3. Copy the authorization code shown, and paste it here.
 
                 """)
-            FileHandle.standardOutput.write(Data("Authorization code: ".utf8))
+            writeOutput("Authorization code: ")
             guard let line = readLine(strippingNewline: true) else {
                 throw Failure(description: "no authorization code was entered (stdin closed)")
             }
@@ -216,7 +216,7 @@ enum AuthCommand {
     }
 
     private static func say(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        writeOutput(text + "\n")
     }
 }
 

@@ -147,7 +147,7 @@ enum FileCommand {
     /// Prints a report as `--json` does: pretty, sorted keys, without the daemon's pid.
     static func printJSON<T: Encodable>(_ value: T) {
         let data = (try? ReportCoding.encoder(pretty: true).encode(value)) ?? Data("{}".utf8)
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
+        writeOutput(Array(data) + Array("\n".utf8))
     }
 
     /// "2026-12-01 10:00:05", UTC.

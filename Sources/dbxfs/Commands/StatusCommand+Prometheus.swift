@@ -38,7 +38,7 @@ extension StatusCommand {
             let label = seen.insert(reply.mountpoint).inserted ? reply.mountpoint : "\(reply.mountpoint) (pid \(reply.pid ?? 0))"
             return (mountpoint: label, families: reply.families)
         }
-        FileHandle.standardOutput.write(Data(PrometheusText.render(PrometheusText.merge(mounts)).utf8))
+        writeOutput(PrometheusText.render(PrometheusText.merge(mounts)))
         return 0
     }
 }

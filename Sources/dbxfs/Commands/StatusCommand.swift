@@ -98,9 +98,9 @@ enum StatusCommand {
                     output = "\u{1B}[H" + output.replacingOccurrences(of: "\n", with: "\u{1B}[K\n") + "\u{1B}[J"
                 }
             }
-            FileHandle.standardOutput.write(Data(output.utf8))
+            writeOutput(output)
             guard watch else { return 0 }
-            if !json && !interactive { FileHandle.standardOutput.write(Data("\n".utf8)) }
+            if !json && !interactive { writeOutput("\n") }
             Thread.sleep(forTimeInterval: interval)
         }
     }

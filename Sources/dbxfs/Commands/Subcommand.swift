@@ -52,6 +52,18 @@ struct Subcommand: Sendable {
     }
 }
 
+/// Writes a command's output on stdout. Output that cannot be written (a full disk under a
+/// redirect) ends the command with one line saying why and exit status 1, as coreutils do;
+/// `FileHandle.write` would trap (exit 132 and a backtrace). A closed pipe (`dbxfs status |
+/// head -1`) ends it quietly.
+func writeOutput(_ text: String) { writeOutput(Array(text.utf8)) }
+
+func writeOutput(_ bytes: [UInt8]) {
+    guard let failure = writeAll(STDOUT_FILENO, bytes) else { return }
+    if failure != EPIPE { printError("cannot write to standard output: \(String(cString: strerror(failure)))") }
+    exit(1)
+}
+
 /// Writes the single line a failing command leaves for the user, on stderr.
 func printError(_ message: String) {
     StandardError.write("dbxfs: \(message)\n")
