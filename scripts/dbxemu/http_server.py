@@ -32,8 +32,9 @@ from .paths import lower, nfc
 
 IO_CHUNK = 4 * 1024 * 1024
 # A download's first piece: Dropbox streams a range, so its first bytes leave as soon as a short
-# one would; reading and encrypting 4 MiB before the first byte left added 1-4 ms at 0 ms
-# (docs/EMULATOR.md, "Faults and limits"). Pieces double from here to IO_CHUNK.
+# one would; reading 4 MiB before the first byte left made the first 256 KiB of a 4 MiB range
+# 1.73-1.88 ms against 1.52-1.79 with this (docs/EMULATOR.md, "Hosts and routes", files/download;
+# docs/BENCHMARKS.md, "time to first byte at 0 ms, traced"). Pieces double up to IO_CHUNK.
 FIRST_DOWNLOAD_PIECE = 64 * 1024
 MAX_RPC_BODY = 64 * 1024 * 1024
 JSON_TYPES = ("application/json", "application/json; charset=utf-8", "text/plain; charset=dropbox-cors-hack")
