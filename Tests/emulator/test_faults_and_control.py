@@ -4,6 +4,7 @@ import http.client
 import os
 import json
 import ssl
+import sys
 import threading
 import time
 
@@ -12,6 +13,8 @@ import pytest
 from dropbox.exceptions import ApiError, InternalServerError, RateLimitError
 
 from emulator_suite import CERT
+
+from emulator import ROOT, content_hash
 
 
 def tls_connection(emu):
@@ -224,3 +227,50 @@ def test_purge_deleted_frees_the_blobs_of_deleted_files_only(dbx, emu, base):
     assert dbx.files_download("rev:" + kept.rev)[1].content == b"kept"
     with pytest.raises(ApiError):
         dbx.files_download("rev:" + gone.rev)
+
+
+def test_zeros_past_the_end_of_an_upload_are_stored_as_holes(dbx, emu, base):
+    """A client uploads a sparse file's holes as zeros, and the emulator keeps each revision as a
+    blob of its own: fsstress's 1-2 GB sparse files filled 60 GB in one run. Zeros that land on a
+    hole of the blob being written are left as holes; the bytes and the hash read back the same, by a
+    single upload, a sequential session and a concurrent one whose pieces come out of order."""
+    data = b"head" * 1000 + bytes(24 << 20) + b"tail" * 1000
+    blobs = os.path.join(emu.data_dir, "blobs")
+
+    def allocated():
+        return sum(os.stat(os.path.join(d, n)).st_blocks * 512 for d, _, names in os.walk(blobs) for n in names)
+
+    before = allocated()
+    single = dbx.files_upload(data, base + "/single.bin")
+    commit = dropbox.files.CommitInfo(base + "/sequential.bin")
+    start = dbx.files_upload_session_start(data[:8 << 20])
+    dbx.files_upload_session_append_v2(data[8 << 20:16 << 20], dropbox.files.UploadSessionCursor(start.session_id, 8 << 20))
+    sequential = dbx.files_upload_session_finish(data[16 << 20:], dropbox.files.UploadSessionCursor(start.session_id, 16 << 20), commit)
+    start = dbx.files_upload_session_start(b"", session_type=dropbox.files.UploadSessionType.concurrent)
+    for at, end, close in ((8 << 20, 16 << 20, False), (0, 8 << 20, False), (16 << 20, len(data), True)):
+        dbx.files_upload_session_append_v2(data[at:end], dropbox.files.UploadSessionCursor(start.session_id, at), close=close)
+    concurrent = dbx.files_upload_session_finish(b"", dropbox.files.UploadSessionCursor(start.session_id, len(data)),
+                                                 dropbox.files.CommitInfo(base + "/concurrent.bin"))
+    grew = allocated() - before
+    assert grew < 3 << 20, f"three 24 MiB uploads of mostly zeros took {grew} bytes of disk"
+    for md in (single, sequential, concurrent):
+        assert md.size == len(data) and md.content_hash == content_hash(data), md
+        assert dbx.files_download(md.path_lower)[1].content == data, md.path_lower
+
+
+def test_a_range_written_before_is_rewritten_even_with_zeros(tmp_path):
+    """Zeros are left as holes only where the file has one: zeros over bytes already there (a
+    retried append) are written, or the old bytes would show through."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        from dbxemu.routes_files import _write_leaving_holes
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "blob"
+    path.write_bytes(b"x" * (200 << 10))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        _write_leaving_holes(fd, bytearray(300 << 10), 300 << 10, 50 << 10)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"x" * (50 << 10) + bytes(300 << 10)

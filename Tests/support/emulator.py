@@ -36,6 +36,7 @@ when `log_dir` is not given.
 """
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +51,12 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EMULATOR = os.path.join(ROOT, "scripts", "dbx-emulator")
+
+
+def content_hash(data):
+    """Dropbox's content hash: SHA-256 over the SHA-256 of each 4 MiB block."""
+    blocks = b"".join(hashlib.sha256(data[i:i + (4 << 20)]).digest() for i in range(0, len(data), 4 << 20))
+    return hashlib.sha256(blocks).hexdigest()
 
 
 def _die_with_parent():
