@@ -19,6 +19,7 @@ import pytest
 
 from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
 from mounting import wait_until
+from emulator import content_hash
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs root")
 
@@ -26,12 +27,6 @@ SEEDS = [int(s) for s in os.environ.get("DBXFS_STREAM_SEEDS", "1").split(",")]
 RATE = 16 << 20          # bytes a second: slower than the 1 s bytes take to settle
 PIECE = 2 << 20
 ROUNDS = 3
-
-
-def content_hash(data):
-    """Dropbox's content hash: SHA-256 over the SHA-256 of each 4 MiB block."""
-    blocks = b"".join(hashlib.sha256(data[i:i + (4 << 20)]).digest() for i in range(0, len(data), 4 << 20))
-    return hashlib.sha256(blocks).hexdigest()
 
 
 def slow_writer(args):

@@ -17,16 +17,11 @@ import time
 import pytest
 
 from mounting import wait_until
+from emulator import content_hash
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE passthrough needs root")
 
 PASSTHROUGH_OPEN = re.compile(r"open of inode (\d+): passthrough \(backing id \d+\)")
-
-
-def content_hash(data):
-    """Dropbox's content hash: SHA-256 over the SHA-256 of each 4 MiB block."""
-    blocks = b"".join(hashlib.sha256(data[i:i + (4 << 20)]).digest() for i in range(0, len(data), 4 << 20))
-    return hashlib.sha256(blocks).hexdigest()
 
 
 def passthrough_inodes(m):

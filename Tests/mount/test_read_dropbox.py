@@ -13,13 +13,9 @@ import time
 import pytest
 
 from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount, mounted_at
+from emulator import content_hash
 
 BLOCK = 4 << 20
-
-
-def dropbox_content_hash(data):
-    return hashlib.sha256(b"".join(hashlib.sha256(data[i:i + BLOCK]).digest()
-                                   for i in range(0, len(data), BLOCK))).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +127,7 @@ def test_xattrs(mounted, seed_tree):
     path = os.path.join(mounted.path, "Docs/notes.txt")
     names = set(os.listxattr(path))
     assert {"user.dropbox.content_hash", "user.dropbox.rev", "user.dropbox.id"} <= names
-    expected = dropbox_content_hash((seed_tree / "Docs/notes.txt").read_bytes())
+    expected = content_hash((seed_tree / "Docs/notes.txt").read_bytes())
     assert os.getxattr(path, "user.dropbox.content_hash").decode() == expected
     assert os.getxattr(path, "user.dropbox.id").decode().startswith("id:")
     assert len(os.getxattr(path, "user.dropbox.rev")) >= 9

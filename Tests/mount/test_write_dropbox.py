@@ -20,13 +20,9 @@ from pathlib import Path
 import pytest
 
 from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env, force_unmount
+from emulator import content_hash
 
 BLOCK = 4 << 20
-
-
-def content_hash(data):
-    return hashlib.sha256(b"".join(hashlib.sha256(data[i:i + BLOCK]).digest()
-                                   for i in range(0, len(data), BLOCK))).hexdigest()
 
 
 @pytest.fixture(scope="module")

@@ -173,8 +173,10 @@ struct MountBackend: CustomStringConvertible {
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
+        let downloadsStop = CancelHandle()
         let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
-                                        rootLower: rootLower, log: logger, accessFix: credentials.mountedFix)
+                                        rootLower: rootLower, log: logger, accessFix: credentials.mountedFix,
+                                        downloadsStop: downloadsStop)
         let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger,
                                               accessFix: credentials.mountedFix)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
@@ -252,6 +254,9 @@ struct MountBackend: CustomStringConvertible {
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)
             vfs?.writeBack?.stopWaiting(by: deadline)
+            // A read waiting for a slow download fails now (ECANCELED) instead of holding the
+            // loop, which waits for every request in progress, for the download's whole time.
+            downloadsStop.cancel()
         }
         if offlineAt == nil {
             backend.mounted = { OfflineStart.remember(cacheDirectory: cacheDirectory, options: options, profile: credentials.profile) }
