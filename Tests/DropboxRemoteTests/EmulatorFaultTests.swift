@@ -144,4 +144,32 @@ struct EmulatorFaultTests {
         #expect(provider.current.accessToken != token.accessToken && provider.current.refreshToken == token.refreshToken)
         #expect(try client.listFolder(path: "/tok").entries.count == 6)
     }
+
+    /// A mount's reads are made through a client cancelled when the mount stops, so a lookup or a
+    /// download waiting for a slow server ends at once instead of holding the stopping daemon
+    /// (before: the daemon waited the download's whole time). The caller's own handle is nil here.
+    @Test func aClientCancelledByAStopEndsCallsWaitingOnASlowServer() throws {
+        let stop = CancelHandle()
+        let client = emulator.client().cancelled(by: stop)
+        _ = try emulator.client().upload(CommitInfo(path: "/stop.txt"), body: .data(Data("slow".utf8)))
+        try emulator.configure(["latency_ms": 20000])
+        defer { try? emulator.configure(["latency_ms": 0]) }
+        func ended(_ call: () throws(DropboxError) -> Void) -> (error: DropboxError?, seconds: Double) {
+            let started = Date()
+            let stopper = Thread { Thread.sleep(forTimeInterval: 0.5); stop.cancel() }
+            stopper.start()
+            do throws(DropboxError) {
+                try call()
+                return (nil, Date().timeIntervalSince(started))
+            } catch {
+                return (error, Date().timeIntervalSince(started))
+            }
+        }
+        let lookup = ended { () throws(DropboxError) in _ = try client.getMetadata(path: "/stop.txt") }
+        #expect(lookup.error == .cancelled)
+        #expect(lookup.seconds < 5)
+        let download = ended { () throws(DropboxError) in _ = try client.downloadData(path: "/stop.txt") }
+        #expect(download.error == .cancelled)
+        #expect(download.seconds < 5)
+    }
 }

@@ -31,9 +31,7 @@ public final class DropboxClient: Sendable {
         self.batchCommits = NSLock()
     }
 
-    private init(sharing client: DropboxClient, retryPolicy: RetryPolicy) {
-        var configuration = client.configuration
-        configuration.retryPolicy = retryPolicy
+    private init(sharing client: DropboxClient, configuration: ClientConfiguration) {
         self.configuration = configuration
         self.tokens = client.tokens
         self.transport = client.transport
@@ -64,9 +62,17 @@ public final class DropboxClient: Sendable {
     /// answer, such as a FUSE request: one call spends at most `maxWait` seconds waiting out 429s,
     /// back-offs and the pacer, then throws its last error instead.
     public func bounded(maxWait: Double) -> DropboxClient {
-        var policy = configuration.retryPolicy
-        policy.maxTotalWait = maxWait
-        return DropboxClient(sharing: self, retryPolicy: policy)
+        var configuration = self.configuration
+        configuration.retryPolicy.maxTotalWait = maxWait
+        return DropboxClient(sharing: self, configuration: configuration)
+    }
+
+    /// The same client, whose every call also ends (`.cancelled`, within a second on a stalled
+    /// link) once `stop` is cancelled, whatever handle its caller passed.
+    public func cancelled(by stop: CancelHandle) -> DropboxClient {
+        var configuration = self.configuration
+        configuration.stop = CancelHandle.either(configuration.stop, stop)
+        return DropboxClient(sharing: self, configuration: configuration)
     }
 
     /// Convenience: a long-lived token and optionally one base URL for all four hosts.
@@ -165,6 +171,7 @@ extension DropboxClient {
                       onSent: ((UInt64) -> Void)?, onReceived: ((UInt64) -> Void)?,
                       onResponseStart: ((Int, [String: String]) -> DropboxError?)?,
                       traffic: UnsafeMutablePointer<(sent: UInt64, received: UInt64, connections: Int)>?) throws(DropboxError) -> RouteResult {
+        let cancel = CancelHandle.either(cancel, configuration.stop)
         let endpoints = configuration.endpoints
         let base = switch route.host {
         case .api: endpoints.api
@@ -229,6 +236,7 @@ extension DropboxClient {
     func withRetries<T>(route: Route, cancel: CancelHandle? = nil,
                         _ body: (AttemptContext) throws(DropboxError) -> T) throws(DropboxError) -> T {
         let policy = configuration.retryPolicy
+        let cancel = CancelHandle.either(cancel, configuration.stop)
         var tally = RetryPolicy.Tally()
         var context = AttemptContext(number: 0, accessToken: nil, earlierAttemptMayHaveCommitted: false)
         // Longpoll waits on purpose and is not rate limited: it never queues behind the pacer.

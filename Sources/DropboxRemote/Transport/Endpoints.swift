@@ -66,6 +66,9 @@ public struct ClientConfiguration: Sendable {
     /// trips: TCP, TLS, its request) and then sending would take a round trip more than its own
     /// connection.
     public var waitsForWarmUps = true
+    /// Cancels every call of the client along with the caller's own handle (`cancelled(by:)`): a
+    /// stopping mount ends the calls its FUSE requests wait on at once.
+    public var stop: CancelHandle?
 
     public static let version = "0.1.0"
 

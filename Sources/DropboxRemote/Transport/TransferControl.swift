@@ -9,11 +9,22 @@ import Synchronization
 public final class CancelHandle: Sendable {
     private let flag = Atomic<Bool>(false)
     private let parent: CancelHandle?
+    private let otherParent: CancelHandle?
     /// A handle that is also cancelled when `parent` is (used to stop sibling transfers on the
     /// first failure without cancelling the caller's handle).
-    public init(parent: CancelHandle? = nil) { self.parent = parent }
+    public init(parent: CancelHandle? = nil) { self.parent = parent; self.otherParent = nil }
+    private init(parent: CancelHandle, otherParent: CancelHandle) { self.parent = parent; self.otherParent = otherParent }
     public func cancel() { flag.store(true, ordering: .releasing) }
-    public var isCancelled: Bool { flag.load(ordering: .acquiring) || parent?.isCancelled == true }
+    public var isCancelled: Bool {
+        flag.load(ordering: .acquiring) || parent?.isCancelled == true || otherParent?.isCancelled == true
+    }
+
+    /// A handle cancelled when either is (nil when both are nil; the one when the other is nil).
+    static func either(_ one: CancelHandle?, _ other: CancelHandle?) -> CancelHandle? {
+        guard let one else { return other }
+        guard let other, other !== one else { return one }
+        return CancelHandle(parent: one, otherParent: other)
+    }
 }
 
 /// Bytes done and total of one transfer (total is 0 when unknown). Called on the transferring

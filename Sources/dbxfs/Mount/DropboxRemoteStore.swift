@@ -31,20 +31,14 @@ final class DropboxRemoteStore: RemoteStore {
     private static let refusedLogged = Mutex<Set<String>>([])
     /// What to do when Dropbox stops accepting the mount's token (MountCredentials.mountedFix).
     let accessFix: String
-    /// Cancelled when the mount starts to stop: downloads in flight end at once (within a second
-    /// on a stalled link), so a read waiting for a slow server cannot hold the stopping daemon for
-    /// the download's whole time. Reads have nothing of the user's to keep; the uploads' store has
-    /// none (its work drains until the stop's bound).
-    private let downloadsStop: CancelHandle?
 
     /// `rootLower` is the root's `path_lower` as Dropbox reported it: Dropbox lowercases (and
     /// composes, NFC) in its own way, and a root lowercased here would not match its paths, which
     /// would make every entry look outside the root (docs/SEMANTICS.md, "Names"). Without it
     /// (offline start) Swift's lowercasing stands in.
     init(client: DropboxClient, root: String, rootLower: String? = nil, log: Logger? = nil,
-         accessFix: String = "run 'dbxfs auth'; the mount picks it up without a remount", downloadsStop: CancelHandle? = nil) {
+         accessFix: String = "run 'dbxfs auth'; the mount picks it up without a remount") {
         self.client = client
-        self.downloadsStop = downloadsStop
         self.root = root
         self.rootLower = rootLower ?? root.lowercased()
         self.log = log
@@ -180,10 +174,8 @@ final class DropboxRemoteStore: RemoteStore {
         let source = rev.map { "rev:\($0)" } ?? outgoing(path)
         do {
             try withoutActuallyEscaping(sink) { (sink) throws(DropboxError) in
-                _ = try client.download(path: source, range: range, cancel: downloadsStop, sink: sink)
+                _ = try client.download(path: source, range: range, sink: sink)
             }
-        } catch .cancelled where downloadsStop?.isCancelled == true {
-            throw .other("the mount is stopping")
         } catch { throw remoteError(error, path) }
     }
 
@@ -321,7 +313,7 @@ final class DropboxRemoteStore: RemoteStore {
         // Ids ("id:...") are namespace-wide; only paths get the mount root.
         let source = path.hasPrefix("id:") ? path : outgoing(path)
         do {
-            let result = try client.export(path: source, cancel: downloadsStop)
+            let result = try client.export(path: source)
             return ExportedFile(data: [UInt8](result.data), rev: result.file.rev)
         } catch { throw remoteError(error, path) }
     }
@@ -350,6 +342,8 @@ final class DropboxRemoteStore: RemoteStore {
     /// log, `dbxfs status` and `dbxfs sync` (RemoteError+Description.swift renders the rest).
     func remoteError(_ error: DropboxError, _ path: String) -> RemoteError {
         let subject = path.isEmpty ? "/" : path
+        // The client of a mount's reads is cancelled when the mount starts to stop (MountBackend).
+        if case .cancelled = error, client.configuration.stop?.isCancelled == true { return .other("the mount is stopping") }
         switch error {
         case .route(let route, let summary):
             switch route {

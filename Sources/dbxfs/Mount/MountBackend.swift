@@ -173,10 +173,12 @@ struct MountBackend: CustomStringConvertible {
         // A FUSE request waits on its remote calls: those give up (EAGAIN/EIO) after
         // `foregroundWaitSeconds` of 429s and back-offs. Uploads wait for nobody and keep retrying.
         // Both share one client: one connection pool, one token, one request pacer.
-        let downloadsStop = CancelHandle()
-        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds), root: options.root,
-                                        rootLower: rootLower, log: logger, accessFix: credentials.mountedFix,
-                                        downloadsStop: downloadsStop)
+        // Its calls end when the mount starts to stop: a read or lookup waiting for a slow server
+        // has nothing of the user's to keep, and libfuse's loop waits for every request in
+        // progress. The uploads' client is not: its work drains until the stop's bound.
+        let readsStop = CancelHandle()
+        let remote = DropboxRemoteStore(client: client.bounded(maxWait: Self.foregroundWaitSeconds).cancelled(by: readsStop),
+                                        root: options.root, rootLower: rootLower, log: logger, accessFix: credentials.mountedFix)
         let uploadRemote = DropboxRemoteStore(client: client, root: options.root, rootLower: rootLower, log: logger,
                                               accessFix: credentials.mountedFix)
         // No probes through the gate: a probe is a user's call paying the client's whole retry
@@ -254,9 +256,9 @@ struct MountBackend: CustomStringConvertible {
         backend.beginStopping = { [stop] in
             let deadline = stop.begin(drainSeconds: drainSeconds)
             vfs?.writeBack?.stopWaiting(by: deadline)
-            // A read waiting for a slow download fails now (ECANCELED) instead of holding the
-            // loop, which waits for every request in progress, for the download's whole time.
-            downloadsStop.cancel()
+            // A read waiting for a slow download fails now (EIO) instead of holding the loop for
+            // the download's whole time.
+            readsStop.cancel()
         }
         if offlineAt == nil {
             backend.mounted = { OfflineStart.remember(cacheDirectory: cacheDirectory, options: options, profile: credentials.profile) }
