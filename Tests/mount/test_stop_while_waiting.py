@@ -14,6 +14,25 @@ import time
 from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
 
 
+def sigterm_while_waiting(m, waiter, what, outcome):
+    """Runs `waiter` on a thread until it waits on Dropbox, sends the daemon SIGTERM, and returns
+    the daemon's exit code and how long it took to exit; the waiter must have returned by then."""
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    time.sleep(2)
+    assert thread.is_alive(), f"the {what} returned at once: {outcome}"
+    started = time.monotonic()
+    m.proc.send_signal(signal.SIGTERM)
+    try:
+        code = m.proc.wait(timeout=90)
+    except Exception:
+        raise AssertionError(f"the daemon was still running 90 s after SIGTERM while a {what} waited\n" + m.read_log())
+    took = time.monotonic() - started
+    thread.join(10)
+    assert not thread.is_alive(), f"the {what} still blocked after the daemon exited"
+    return code, took
+
+
 def test_sigterm_ends_a_daemon_whose_fsync_waits_for_an_unreachable_dropbox(dbxfs_binary, tmp_path):
     emu = Emulator(tmp_path / "emulator-data", token=TOKEN).start()
     mnt = tmp_path / "mnt"
@@ -40,19 +59,7 @@ def test_sigterm_ends_a_daemon_whose_fsync_waits_for_an_unreachable_dropbox(dbxf
                 except OSError:
                     pass    # the daemon is gone by now (ECONNABORTED)
 
-        thread = threading.Thread(target=writer, daemon=True)
-        thread.start()
-        time.sleep(2)
-        assert thread.is_alive(), f"fsync returned at once: {outcome}"
-        started = time.monotonic()
-        m.proc.send_signal(signal.SIGTERM)
-        try:
-            code = m.proc.wait(timeout=60)
-        except Exception:
-            raise AssertionError("the daemon was still running 60 s after SIGTERM (drain bound 5 s)\n" + m.read_log())
-        took = time.monotonic() - started
-        thread.join(10)
-        assert not thread.is_alive(), "fsync still blocked after the daemon exited"
+        code, took = sigterm_while_waiting(m, writer, "fsync", outcome)
         assert outcome["fsync"] != "ok", outcome
         assert code == 0, m.read_log()
         assert took < 45, took
@@ -92,19 +99,7 @@ def test_sigterm_ends_a_daemon_whose_read_waits_for_a_slow_download(dbxfs_binary
             except OSError as error:
                 outcome["read"] = error.errno
 
-        thread = threading.Thread(target=reader, daemon=True)
-        thread.start()
-        time.sleep(2)
-        assert thread.is_alive(), f"the read returned at once: {outcome}"
-        started = time.monotonic()
-        m.proc.send_signal(signal.SIGTERM)
-        try:
-            code = m.proc.wait(timeout=90)
-        except Exception:
-            raise AssertionError("the daemon was still running 90 s after SIGTERM\n" + m.read_log())
-        took = time.monotonic() - started
-        thread.join(10)
-        assert not thread.is_alive(), "the read still blocked after the daemon exited"
+        code, took = sigterm_while_waiting(m, reader, "read", outcome)
         assert code == 0, m.read_log()
         assert took < 10, f"the daemon took {took:.1f} s to exit after SIGTERM while a read waited for a download"
         assert isinstance(outcome["read"], int) and outcome["read"] != 4096, outcome
