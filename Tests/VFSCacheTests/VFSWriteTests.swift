@@ -356,6 +356,45 @@ import Testing
         #expect(w.vfs.writeBack!.status().pendingFiles == 0)
     }
 
+    /// test_no_silent_overwrite.py (seed 1, once the emulator's listing pages came uneven) found
+    /// the other client's last write replaced by ours though no write of ours had read it: a
+    /// handle opened and read our own pending bytes, they became a conflicted copy (another client
+    /// wrote the file meanwhile), and the handle wrote after the path showed theirs. Its write went
+    /// on theirs, as an update of their rev. What it read was ours: the path must keep theirs, and
+    /// the handle's bytes must be kept too: a rewrite, or a patch on the bytes it read.
+    @Test(arguments: [true, false])
+    func aHandleThatReadOurPendingBytesNeverWritesOnTheVersionTheyConflictedWith(rewrite: Bool) throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(1000, seed: 71))
+        let uploads = HeldUploads(remote)
+        let w = try Writable(uploads.remote)
+        let ino = try w.vfs.resolve("/f.bin")
+        let ours = testBytes(1000, seed: 72)
+        let first = try w.vfs.open(ino, flags: [.read, .write])
+        try write(w.vfs, ino, first.handle, at: 0, ours)
+        try close(w.vfs, ino, first.handle)
+        let second = try w.vfs.open(ino, flags: [.read, .write])
+        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
+        let theirs = testBytes(900, seed: 73)
+        remote.externalWrite("/f.bin", theirs)
+        uploads.release()
+        #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
+        #expect(eventually { w.vfs.writeBack!.status().pendingFiles == 0 })
+        w.vfs.writeBack!.deliverPendingEvents()
+        // Through the handle that read ours: truncate and new bytes (the test's rewrite), or a patch.
+        let change = Array("written after reading ours".utf8)
+        if rewrite { _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 0), handle: second.handle) }
+        try write(w.vfs, ino, second.handle, at: rewrite ? 0 : 100, change)
+        try close(w.vfs, ino, second.handle)
+        let mine = rewrite ? change : Array(ours[..<100]) + change + Array(ours[(100 + change.count)...])
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        let atPath = remote.content("/f.bin")
+        #expect((atPath == theirs ? "theirs" : atPath == mine ? "the handle's bytes" : "something else") == "theirs")
+        let copies = remote.allPaths().filter { $0.hasPrefix("/f (conflicted copy ") }.map { remote.content($0) }
+        #expect(copies.contains { $0 == ours } && copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
+    }
+
     /// An fsync waiting for its upload while another thread renames the file: it returns once
     /// the bytes are on Dropbox (under the new name), not as soon as the old name has no upload.
     @Test func anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox() throws {

@@ -102,15 +102,17 @@ extension VFS {
         if !hasLocalBytes, let id = node.id, meta.size > 0 {
             remoteView = makeReader(ino, path: path, fileID: id, file: meta)
         }
-        try file.withLock { () throws(Errno) in
+        let localView = try file.withLock { () throws(Errno) -> StagingFile? in
             // A pending upload found after a restart: its bytes are the file's bytes.
             if file.staging == nil, let engineStaging {
                 file.staging = engineStaging
                 metadata.setLocal(ino, size: (try? engineStaging.size()) ?? meta.size)
             }
             if wantsWrite { file.writers += 1 }
+            return hasLocalBytes ? file.staging : nil
         }
-        let handle = WriteHandle(ino: ino, file: file, mayWrite: wantsWrite, append: flags.contains(.append), remoteView: remoteView)
+        let handle = WriteHandle(ino: ino, file: file, mayWrite: wantsWrite, append: flags.contains(.append), remoteView: remoteView,
+                                 localView: localView)
         if wantsWrite, flags.contains(.truncate) {
             do throws(Errno) {
                 try file.withLock { () throws(Errno) in
@@ -240,7 +242,7 @@ extension VFS {
                 staging = current
             } else {
                 guard var current = metadata.path(of: ino) ?? reviveDeleted(handle) else { throw .noEntry }
-                staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView)
+                staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView, readLocal: handle.localView)
                 path = current
             }
             let at = handle.append ? try staging.size() : offset
@@ -328,9 +330,10 @@ extension VFS {
     /// them: `aRenameRacingTheFirstWriteAfterACloseKeepsTheWriteAndTheNewName`).
     ///
     /// `openedAt`: the version the writing handle opened and read (`WriteHandle.remoteView`), for
-    /// `beginWriteAndFill`'s "update R" rule.
+    /// `beginWriteAndFill`'s "update R" rule; `readLocal`: the local bytes it opened instead
+    /// (`WriteHandle.localView`), for the same rule once they became a conflicted copy.
     private func prepareWrite(_ file: LocalFile, path: inout String, keepBytes: UInt64?,
-                              openedAt: OpenFile? = nil) throws(Errno) -> StagingFile {
+                              openedAt: OpenFile? = nil, readLocal: StagingFile? = nil) throws(Errno) -> StagingFile {
         if file.writing, let staging = file.staging { return staging }
         let writeBack = try requireWriteBack()
         if writeBack.hasConflictNotShown(path: path) {
@@ -341,7 +344,7 @@ extension VFS {
         }
         for attempt in 0..<3 {
             do throws(Errno) {
-                return try beginWriteAndFill(file, path: path, keepBytes: keepBytes, openedAt: openedAt)
+                return try beginWriteAndFill(file, path: path, keepBytes: keepBytes, openedAt: openedAt, readLocal: readLocal)
             } catch .again where attempt < 2 {
                 file.waitUnlocked { writeBack.waitUntilNotHeld(path: path) }
                 if file.writing, let staging = file.staging { return staging }
@@ -362,7 +365,8 @@ extension VFS {
     /// conflicted copy. Before, it was applied to R' and replaced it
     /// (`aHandleOpenedAtOneRevisionWritesOnThatRevisionNotOnALaterOne`). Not when R' is a commit
     /// of ours (another handle of the file wrote it: its bytes are the file's, as on a local disk).
-    private func beginWriteAndFill(_ file: LocalFile, path: String, keepBytes: UInt64?, openedAt: OpenFile?) throws(Errno) -> StagingFile {
+    private func beginWriteAndFill(_ file: LocalFile, path: String, keepBytes: UInt64?, openedAt: OpenFile?,
+                                   readLocal: StagingFile? = nil) throws(Errno) -> StagingFile {
         let writeBack = try requireWriteBack()
         guard let node = metadata.node(file.ino), let tree = node.file else { throw .noEntry }
         // Bytes the engine already holds for this path (pending upload, resumed after a restart)
@@ -376,10 +380,22 @@ extension VFS {
             meta = Self.version(readBy: openedAt, from: tree)
             logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
         }
-        let base: WriteBase = meta.rev.isEmpty ? .newFile : .revision(meta.rev)
+        // The same rule for a handle that opened our own pending bytes: they met another version
+        // on Dropbox and became a conflicted copy, and the path shows the other version now. The
+        // handle's change was computed from ours, so it goes on ours (the staging file it read,
+        // still open), as a new file, and is kept as a conflicted copy too: applied to theirs, it
+        // replaced their bytes unseen (test_no_silent_overwrite.py;
+        // `aHandleThatReadOurPendingBytesNeverWritesOnTheVersionTheyConflictedWith`).
+        var readOurs: StagingFile?
+        if let readLocal, file.staging == nil, node.local == .remote, !tree.rev.isEmpty,
+           !writeBack.isOwnCommit(path: path, rev: tree.rev) {
+            readOurs = readLocal
+            logger.info("\(path) shows another version than this open read (ours, now a conflicted copy): its writes go on ours, and will be kept as a conflicted copy too")
+        }
+        let base: WriteBase = readOurs != nil || meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
         if staging !== file.staging {
-            let wanted = min(keepBytes ?? .max, meta.size)
+            let wanted = min(keepBytes ?? .max, readOurs.map { (try? $0.size()) ?? 0 } ?? meta.size)
             // Our last staging file is the content only while the tree shows local bytes: once a
             // commit showed, the tree's rev is (an open reader may keep our old bytes alive, and
             // the rev may since be someone else's).
@@ -388,6 +404,8 @@ extension VFS {
                 if wanted > 0 {
                     if let previous {
                         try copy(from: previous, to: staging, count: wanted)
+                    } else if let readOurs {
+                        try copy(from: readOurs, to: staging, count: wanted)
                     } else if let opened {
                         try fetch(opened, into: staging, count: wanted)
                     } else if let id = node.id, !meta.rev.isEmpty {
@@ -566,7 +584,8 @@ extension VFS {
         if let size = changes.size {
             try file.withLock { () throws(Errno) in
                 var current = path
-                let staging = try prepareWrite(file, path: &current, keepBytes: size, openedAt: handle?.remoteView)
+                let staging = try prepareWrite(file, path: &current, keepBytes: size, openedAt: handle?.remoteView,
+                                               readLocal: handle?.localView)
                 try staging.truncate(to: size)
                 if let prefix = file.sequentialPrefix, size < prefix {
                     file.breakSequence()

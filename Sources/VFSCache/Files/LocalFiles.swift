@@ -98,6 +98,10 @@ final class WriteHandle: Sendable {
     let append: Bool
     /// For reads before the first write of an `O_RDWR` open of a clean file: the remote bytes.
     let remoteView: OpenFile?
+    /// For an open of a file whose bytes were local (a pending upload): the staging file it
+    /// showed. Should those bytes become a conflicted copy before the handle writes, its writes
+    /// go on them, never on the other version (`VFS.beginWriteAndFill`).
+    let localView: StagingFile?
     /// This handle changed the file since its last journaled close (flush/release journal it).
     let wrote = Atomic<Bool>(false)
     /// This handle changed the file at some point: only such a handle's flush reports the file's
@@ -116,8 +120,9 @@ final class WriteHandle: Sendable {
         hasWritten.store(true, ordering: .relaxed)
     }
 
-    init(ino: InodeNumber, file: LocalFile, mayWrite: Bool, append: Bool, remoteView: OpenFile?) {
+    init(ino: InodeNumber, file: LocalFile, mayWrite: Bool, append: Bool, remoteView: OpenFile?, localView: StagingFile? = nil) {
         self.ino = ino; self.file = file; self.mayWrite = mayWrite; self.append = append; self.remoteView = remoteView
+        self.localView = localView
     }
 }
 
