@@ -142,7 +142,7 @@ struct EmulatorFaultTests {
         // Single flight: one refresh for the burst (two if the 1.5 s token expired again meanwhile).
         #expect(refreshes >= 1 && refreshes <= 2)
         #expect(provider.current.accessToken != token.accessToken && provider.current.refreshToken == token.refreshToken)
-        #expect(try client.listFolder(path: "/tok").entries.count == 6)
+        #expect(try client.allEntries(path: "/tok").count == 6)
     }
 
     /// A mount's reads are made through a client cancelled when the mount stops, so a lookup or a

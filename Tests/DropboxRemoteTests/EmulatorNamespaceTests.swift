@@ -14,19 +14,19 @@ import Testing
         let info = try plain.currentAccount().rootInfo
         #expect(info.tag == "team" && info.rootNamespaceID != info.homeNamespaceID && info.homePath == "/Emulated User")
         // Without the header: the member folder only.
-        #expect(try plain.listFolder(path: "").entries.isEmpty)
+        #expect(try plain.allEntries(path: "").isEmpty)
 
         var configuration = ClientConfiguration(endpoints: Endpoints(overridingAllWith: emulator.baseURL),
                                                 retryPolicy: Emulator.fastRetries, pathRoot: .root(info.rootNamespaceID))
         let rooted = DropboxClient(configuration: configuration, tokens: TokenProvider(accessToken: emulator.token))
-        let top = try rooted.listFolder(path: "").entries.map(\.name).sorted()
+        let top = try rooted.allEntries(path: "").map(\.name).sorted()
         #expect(top == ["Emulated User", "Team Folder"])
         _ = try rooted.upload(CommitInfo(path: "/Team Folder/a.txt"), body: .data(Data("a".utf8)))
         #expect(try rooted.downloadData(path: "/Team Folder/a.txt").1 == Data("a".utf8))
         let cursor = try rooted.getLatestCursor(path: "", recursive: true)
         _ = try rooted.upload(CommitInfo(path: "/Team Folder/b.txt"), body: .data(Data("b".utf8)))
         #expect(try rooted.longpoll(cursor: cursor).changes)
-        #expect(try rooted.listFolderContinue(cursor: cursor).entries.map(\.pathDisplay) == ["/Team Folder/b.txt"])
+        #expect(try rooted.allChanges(since: cursor).entries.map(\.pathDisplay) == ["/Team Folder/b.txt"])
 
         // A stale root namespace is Dropbox's 422.
         configuration.pathRoot = .root("1")

@@ -35,7 +35,7 @@ struct WriteContentionTests {
         let session = try client.uploadSessionStart(close: true, body: .data(Data("s".utf8)))
         try contend("409")
         _ = try client.uploadSessionFinish(sessionID: session, offset: 1, commit: CommitInfo(path: "/c/s.txt"))
-        let names = Set(try client.listFolder(path: "/c").entries.map(\.name))
+        let names = Set(try client.allEntries(path: "/c").map(\.name))
         #expect(names == ["new", "b.txt", "up.txt", "s.txt"])
         let contended = try emulator.stats()["faults"]?["write_contention"]?.int64 ?? 0
         #expect(contended == 6)
@@ -68,7 +68,7 @@ struct WriteContentionTests {
         for (i, result) in results.enumerated() {
             #expect(try result.get().name == "e\(i).txt")
         }
-        #expect(try client.listFolder(path: "/batch").entries.count == 4)
+        #expect(try client.allEntries(path: "/batch").count == 4)
     }
 
     @Test func refusedEntriesOfNamespaceBatchesAreSentAgain() throws {
@@ -83,7 +83,7 @@ struct WriteContentionTests {
         try contend("batch_entry", count: 2)
         let deletes = try client.deleteBatch((0..<3).map { DeleteArg(path: "/nsb/d\($0)/f") })
         #expect(deletes.allSatisfy { (try? $0.get()) != nil })
-        #expect(Set(try client.listFolder(path: "/nsb", recursive: true).entries.map(\.name)) == ["nsb", "d0", "d1", "d2"])
+        #expect(Set(try client.allEntries(path: "/nsb", recursive: true).map(\.name)) == ["nsb", "d0", "d1", "d2"])
         let contended = try emulator.stats()["faults"]?["write_contention"]?.int64 ?? 0
         #expect(contended == 6)
     }
@@ -120,6 +120,6 @@ struct WriteContentionTests {
         print("three concurrent batch commits: \(overlaps) overlapped on the server")
         #expect(failures.load(ordering: .relaxed) == 0)
         #expect(overlaps == 0)
-        #expect(try client.listFolder(path: "/serial").entries.count == 6)
+        #expect(try client.allEntries(path: "/serial").count == 6)
     }
 }

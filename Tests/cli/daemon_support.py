@@ -82,8 +82,7 @@ def daemon_pid_at(cli, mountpoint):
 
 
 def no_conflicted_copies(emulator):
-    listing = emulator.api("files/list_folder", {"path": "", "recursive": True})
-    names = [entry["path_display"] for entry in listing["entries"]]
+    names = [entry["path_display"] for entry in emulator.listing("", recursive=True)]
     assert not [n for n in names if "conflicted copy" in n], names
 
 

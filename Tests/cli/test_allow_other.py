@@ -72,7 +72,7 @@ def summary(results):
 
 
 def names_on_dropbox(emu):
-    return sorted(e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"])
+    return sorted(e["name"] for e in emu.listing(""))
 
 
 def test_allow_other_with_umask_077_keeps_other_users_out(cli, emu, other, shared_mountpoint):

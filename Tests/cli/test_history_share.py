@@ -158,7 +158,7 @@ def test_restore_shows_at_once_and_the_next_write_updates_the_restored_revision(
     sync = run(cli, "sync", str(mountpoint))
     assert sync.returncode == 0, sync.stderr
     assert emulator.download(f"/{folder}/notes.txt") == b"one\nand more\n"
-    names = sorted(e["name"] for e in emulator.api("files/list_folder", {"path": "/" + folder})["entries"])
+    names = sorted(e["name"] for e in emulator.listing("/" + folder))
     assert names == ["notes.txt"], names
     status = json.loads(run(cli, "status", "--json", str(mountpoint)).stdout)["mounts"][0]
     assert status["uploads"]["conflicts"] == []

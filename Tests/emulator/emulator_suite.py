@@ -50,3 +50,32 @@ def dropbox_hash(data):
     block = 4 * 1024 * 1024
     digests = b"".join(hashlib.sha256(data[i:i + block]).digest() for i in range(0, len(data), block))
     return hashlib.sha256(digests).hexdigest()
+
+
+# Dropbox's pages are uneven: more entries than `limit`, or none with has_more (files.stone on
+# `limit`; dropbox/dropbox-sdk-java#281), and the emulator does the same by default
+# (scripts/dbxemu/listing_pages.py). A test reads a listing or the changes whole, as a client must.
+def all_entries(dbx, result):
+    """Every entry of a listing (or of the changes) from its first page on, following has_more."""
+    entries = list(result.entries)
+    while result.has_more:
+        result = dbx.files_list_folder_continue(result.cursor)
+        entries += result.entries
+    return entries
+
+
+def end_cursor(dbx, result):
+    """The cursor once the listing that `result` starts is read to its end: changes come after it."""
+    while result.has_more:
+        result = dbx.files_list_folder_continue(result.cursor)
+    return result.cursor
+
+
+def all_changes(dbx, cursor):
+    """Every change since `cursor`, following has_more; returns (entries, the last page)."""
+    result = dbx.files_list_folder_continue(cursor)
+    entries = list(result.entries)
+    while result.has_more:
+        result = dbx.files_list_folder_continue(result.cursor)
+        entries += result.entries
+    return entries, result

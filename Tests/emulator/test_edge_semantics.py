@@ -299,7 +299,7 @@ def test_large_pagination_with_changes_midway(plain):
     assert len(names) == len(set(names))
     assert {f"f{i:05d}.txt" for i in range(2, 1200)} <= set(names)
     # Whatever happened during paging shows up on the next continue at the latest.
-    later = plain.api("files/list_folder/continue", {"cursor": res["cursor"]})["entries"]
+    later = plain.changes(res["cursor"])
     assert "zz-added-midway.txt" in names + [e["name"] for e in later]
     assert any(e[".tag"] == "deleted" and e["name"] == "f00001.txt" for e in later)
 
@@ -317,8 +317,7 @@ def test_restart_keeps_account_and_cursors(plain):
     assert plain.download("/persist/p.txt") == b"persist"
     assert plain.api("users/get_current_account", None)["account_id"] == account
     plain.upload("/persist/q.txt", b"q")
-    entries = plain.api("files/list_folder/continue", {"cursor": cursor})["entries"]
-    assert [e["name"] for e in entries] == ["q.txt"]
+    assert [e["name"] for e in plain.changes(cursor)] == ["q.txt"]
 
 
 def test_sigterm_stops_cleanly(tmp_path):

@@ -135,8 +135,7 @@ def test_reset_fault_drops_upload(emu, base):
             "Dropbox-API-Arg": json.dumps({"path": base + "/dropped.bin"})})
         conn.getresponse().read()
     emu.config(reset_rate=0)
-    assert base.lower() + "/dropped.bin" not in {e["path_lower"] for e in emu.api(
-        "files/list_folder", {"path": base})["entries"]}
+    assert base.lower() + "/dropped.bin" not in {e["path_lower"] for e in emu.listing(base)}
 
 
 def test_stats_count_per_route(dbx, emu, base):

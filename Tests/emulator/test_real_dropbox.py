@@ -8,8 +8,9 @@ import time
 
 import pytest
 from dropbox.exceptions import ApiError, RateLimitError
-from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg
+from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg, WriteMode
 
+from emulator_suite import all_entries, all_changes, end_cursor
 from test_faults_and_control import tls_connection
 
 
@@ -116,14 +117,6 @@ def test_overlapping_batch_commits_are_refused(dbx, emu, base):
     assert dbx.files_upload_session_finish_batch_v2(second).entries[0].is_success()
 
 
-def all_entries(dbx, result):
-    entries = list(result.entries)
-    while result.has_more:
-        result = dbx.files_list_folder_continue(result.cursor)
-        entries += result.entries
-    return entries
-
-
 def test_listing_puts_children_before_parents_reproducibly(dbx, emu, base):
     for i in range(6):
         dbx.files_upload(b"f", f"{base}/d{i}/sub/f{i}.txt")
@@ -148,8 +141,47 @@ def test_listing_puts_children_before_parents_reproducibly(dbx, emu, base):
         assert pages.get(parent, page) >= page, f"{path} listed on a page after its parent's"
     assert any(first.index(p.rsplit("/", 1)[0]) > i for i, p in enumerate(first) if p != base.lower())
     emu.config(listing_seed=7)
-    page = [e.path_lower for e in dbx.files_list_folder(base + "/d0/sub", limit=2000).entries]
+    page = [e.path_lower for e in all_entries(dbx, dbx.files_list_folder(base + "/d0/sub", limit=2000))]
     assert page == [base.lower() + "/d0/sub/f0.txt"]
+
+
+def test_pages_hold_more_than_the_limit_or_nothing_as_on_dropbox(dbx, emu, base):
+    """files.stone on `limit`: "an approximate number and there can be slightly more entries
+    returned"; Dropbox staff in dropbox/dropbox-sdk-java#281: a page may be empty while has_more
+    is true. Both happen, listings and changes alike, and following has_more still gives every
+    entry exactly once."""
+    names = {f"f{i:02}.txt" for i in range(40)}
+    for name in sorted(names):
+        dbx.files_upload(b"p", f"{base}/{name}")
+    sizes, empties = [], 0
+    for seed in range(8):
+        emu.config(listing_seed=seed)
+        result = dbx.files_list_folder(base, limit=4)
+        listed = list(result.entries)
+        sizes.append(len(result.entries))
+        while result.has_more:
+            empties += not result.entries
+            result = dbx.files_list_folder_continue(result.cursor)
+            sizes.append(len(result.entries))
+            listed += result.entries
+        assert sorted(e.name for e in listed) == sorted(names), seed
+    assert max(sizes) > 4, sizes
+    assert empties > 0, sizes
+    cursor = dbx.files_list_folder_get_latest_cursor(base).cursor
+    for i in range(30):
+        dbx.files_upload(b"q", f"{base}/f{i:02}.txt", mode=WriteMode.overwrite)
+    changed, last = all_changes(dbx, cursor)
+    assert sorted(e.name for e in changed) == sorted(f"f{i:02}.txt" for i in range(30)) and not last.has_more
+    emu.config(listing_pages="exact")
+    try:
+        result = dbx.files_list_folder(base, limit=4)
+        exact = [len(result.entries)]
+        while result.has_more:
+            result = dbx.files_list_folder_continue(result.cursor)
+            exact.append(len(result.entries))
+        assert exact == [4] * 10, exact
+    finally:
+        emu.config(listing_pages="uneven")
 
 
 def test_changes_page_is_shuffled_but_complete(dbx, emu, base):

@@ -11,7 +11,7 @@ from dropbox.files import ListRevisionsMode
 from dropbox.sharing import RequestedVisibility, SharedLinkSettings
 
 from emulator import EmulatorError
-from emulator_suite import dropbox_hash
+from emulator_suite import all_changes, dropbox_hash
 
 
 def versions(dbx, path, contents):
@@ -94,7 +94,7 @@ def test_restore_makes_an_old_revision_current(dbx, base):
     assert dbx.files_download(base + "/r.txt")[1].content == b"old content"
     assert dbx.files_list_revisions(base + "/r.txt").entries[0].rev == restored.rev
     # The change feed reports it like any new revision.
-    changed = dbx.files_list_folder_continue(cursor).entries
+    changed = all_changes(dbx, cursor)[0]
     assert [(e.name, e.rev) for e in changed] == [("r.txt", restored.rev)]
 
 

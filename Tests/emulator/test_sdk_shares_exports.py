@@ -8,7 +8,7 @@ import pytest
 from dropbox.exceptions import ApiError
 from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg, WriteMode
 
-from emulator_suite import dropbox_hash
+from emulator_suite import all_changes, all_entries, dropbox_hash
 
 
 # ----- shared folders -----
@@ -31,7 +31,7 @@ def test_sharing_change_is_reported_in_the_feed(emu, dbx, base):
     dbx.files_upload(b"x", base + "/later/f.txt")
     cursor = dbx.files_list_folder_get_latest_cursor(base, recursive=True).cursor
     emu.share(base + "/later", read_only=True)
-    changed = {e.path_display: e for e in dbx.files_list_folder_continue(cursor).entries}
+    changed = {e.path_display: e for e in all_changes(dbx, cursor)[0]}
     assert changed[base + "/later/f.txt"].sharing_info.read_only
 
 
@@ -46,7 +46,7 @@ def read_only(emu, dbx, base):
 def test_read_only_folder_shows_read_only(dbx, read_only):
     assert dbx.files_get_metadata(read_only).sharing_info.read_only
     assert dbx.files_get_metadata(read_only + "/f.txt").sharing_info.read_only
-    listed = dbx.files_list_folder(read_only).entries
+    listed = all_entries(dbx, dbx.files_list_folder(read_only))
     assert all(e.sharing_info.read_only for e in listed)
     assert dbx.files_download(read_only + "/f.txt")[1].content == b"old"
 
@@ -104,7 +104,7 @@ def paper(emu, base):
 
 def test_export_only_file_is_listed_as_not_downloadable(dbx, base, paper):
     path, _ = paper
-    listed = {e.name: e for e in dbx.files_list_folder(base).entries}
+    listed = {e.name: e for e in all_entries(dbx, dbx.files_list_folder(base))}
     entry = listed["Plan.paper"]
     assert entry.is_downloadable is False
     assert entry.export_info.export_as == "md" and entry.export_info.export_options == ["md", "html"]

@@ -13,7 +13,7 @@ import pytest
 from dropbox import common
 from dropbox.exceptions import ApiError, BadInputError, PathRootError
 
-from emulator_suite import APP_KEY, CERT, KEY, PORT, WORK_DIR
+from emulator_suite import APP_KEY, CERT, KEY, PORT, WORK_DIR, all_changes, all_entries, end_cursor
 from emulator import Emulator
 
 
@@ -43,8 +43,8 @@ def rooted(member):
     return member.with_path_root(common.PathRoot.root(root))
 
 
-def names(result):
-    return sorted(entry.name for entry in result.entries)
+def names(client, result):
+    return sorted(entry.name for entry in all_entries(client, result))
 
 
 def test_account_is_a_team_member_with_two_namespaces(member):
@@ -59,14 +59,14 @@ def test_account_is_a_team_member_with_two_namespaces(member):
 
 def test_without_the_header_only_the_member_folder_is_seen(member):
     member.files_upload(b"mine", "/own.txt", mode=dropbox.files.WriteMode.overwrite)
-    top = names(member.files_list_folder(""))
+    top = names(member, member.files_list_folder(""))
     assert "own.txt" in top and "Team Folder" not in top
     assert member.files_get_metadata("/own.txt").path_display == "/own.txt"
 
 
 def test_root_header_shows_team_folders_and_the_member_folder(member, rooted):
     member.files_upload(b"mine", "/own2.txt", mode=dropbox.files.WriteMode.overwrite)
-    top = names(rooted.files_list_folder(""))
+    top = names(rooted, rooted.files_list_folder(""))
     assert {"Emulated User", "Team Folder", "Read Only Team Folder"} <= set(top)
     md = rooted.files_get_metadata("/Emulated User/own2.txt")
     assert md.path_display == "/Emulated User/own2.txt"
@@ -81,21 +81,16 @@ def test_recursive_listing_and_cursor_in_the_member_view(member):
     member.files_create_folder_v2("/rec")
     member.files_upload(b"1", "/rec/a.txt")
     result = member.files_list_folder("/rec", recursive=True)
-    paths = sorted(e.path_display for e in result.entries)
+    paths = sorted(e.path_display for e in all_entries(member, result))
     assert paths == ["/rec", "/rec/a.txt"]
     member.files_upload(b"2", "/rec/b.txt")
-    changes = member.files_list_folder_continue(result.cursor)
-    assert [e.path_display for e in changes.entries] == ["/rec/b.txt"]
+    changes = all_changes(member, end_cursor(member, result))[0]
+    assert [e.path_display for e in changes] == ["/rec/b.txt"]
 
 
 def test_root_listing_of_the_whole_team_space_is_recursive(rooted):
     rooted.files_upload(b"deep", "/Team Folder/deep/x.txt", mode=dropbox.files.WriteMode.overwrite)
-    result = rooted.files_list_folder("", recursive=True)
-    entries = list(result.entries)
-    while result.has_more:
-        result = rooted.files_list_folder_continue(result.cursor)
-        entries += result.entries
-    paths = {e.path_lower for e in entries}
+    paths = {e.path_lower for e in all_entries(rooted, rooted.files_list_folder("", recursive=True))}
     assert "/team folder/deep/x.txt" in paths and "/emulated user" in paths and "" not in paths
 
 
@@ -132,7 +127,7 @@ def test_ns_paths_reach_only_namespaces_in_the_view(member, rooted):
     # With the root header every namespace under the root is reachable.
     assert isinstance(rooted.files_list_folder("ns:" + team_ns), dropbox.files.ListFolderResult)
     member.files_upload(b"h", "/home-ns.txt", mode=dropbox.files.WriteMode.overwrite)
-    assert "home-ns.txt" in names(rooted.files_list_folder("ns:" + info.home_namespace_id))
+    assert "home-ns.txt" in names(rooted, rooted.files_list_folder("ns:" + info.home_namespace_id))
 
 
 def test_read_only_team_folder_refuses_writes(rooted):

@@ -70,13 +70,8 @@ def read_tree(root, skip=()):
 
 def read_emulator_tree(emu):
     """The whole account on the emulator as a TreeModel (paths in display case)."""
-    page = emu.api("files/list_folder", {"path": "", "recursive": True})
-    entries = list(page["entries"])
-    while page["has_more"]:
-        page = emu.api("files/list_folder/continue", {"cursor": page["cursor"]})
-        entries += page["entries"]
     model = TreeModel()
-    for e in entries:
+    for e in emu.listing("", recursive=True):
         rel = e["path_display"].lstrip("/")
         if e[".tag"] == "folder":
             model.folders.add(rel)

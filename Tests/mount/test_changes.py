@@ -156,6 +156,8 @@ def test_cursor_reset_relists_once(dbxfs_binary, emu, tmp_path):
 
 
 def test_warm_remount_makes_one_delta_call(dbxfs_binary, emu, tmp_path):
+    # Counts round trips: pages of exactly `limit`, never an empty one (listing_pages.py).
+    emu.config(listing_pages="exact")
     with mount(dbxfs_binary, emu, tmp_path, "a") as a:
         subprocess.run(["ls", "-lR", a.path], check=True, capture_output=True)
         time.sleep(0.5)   # the watcher saves the tree once it holds a cursor

@@ -36,7 +36,7 @@ def test_an_edit_of_a_file_deleted_elsewhere_recreates_it(dbxfs_binary, emu, tmp
         sync = subprocess.run([dbxfs_binary, "sync", "--timeout", "60", str(mnt)], capture_output=True, text=True,
                               timeout=120)
         assert sync.returncode == 0, sync.stderr + m.read_log()
-        names = sorted(e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"])
+        names = sorted(e["name"] for e in emu.listing(""))
         assert names == ["edit.txt"], names
         assert emu.download("/edit.txt") == b"version 2, edited here\n"
         assert (mnt / "edit.txt").read_text() == "version 2, edited here\n"

@@ -116,7 +116,7 @@ def test_slow_writers_that_go_back_land_with_their_bytes_at_close(dbxfs_binary, 
             assert result.returncode == 0, result.stdout + result.stderr + m.read_log()[-3000:]
             check(model, lambda n: hashlib.sha256(emu.download("/" + n)).hexdigest(),
                   f"round {round_}, the emulator after sync", m.read_log)
-            listed = [e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]]
+            listed = [e["name"] for e in emu.listing("")]
             assert not [n for n in listed if "conflicted" in n], listed
             # No revision ever held other bytes than a version closed (Dropbox would commit a
             # session of stale chunks as it is: a later upload replacing it is too late).

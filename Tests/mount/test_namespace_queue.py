@@ -106,6 +106,6 @@ def test_rm_rf_and_tar_x_cost_batches_not_one_call_each(dbxfs_binary, tmp_path):
             # One emptiness check per folder (11: the ten, and rm/ itself), nothing per file.
             assert rm_calls.get("files/list_folder", 0) <= 11 + 2
             assert sum(rm_calls.values()) <= 60
-        names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+        names = {e["name"] for e in emu.listing("")}
         assert names == {"tree"}
         assert len(read_emulator_tree(emu).files) == 1000

@@ -56,7 +56,7 @@ def mount_listing(folder):
 
 
 def emulator_listing(emu):
-    entries = emu.api("files/list_folder", {"path": "/c"})["entries"]
+    entries = emu.listing("/c")
     return {e["name"]: emu.download(e["path_display"]) for e in entries if e[".tag"] == "file"}
 
 

@@ -82,6 +82,6 @@ def test_folder_changes_offline_are_kept_and_status_says_why(dbxfs_binary, offli
     assert emu.download("/queued.txt") == b"queued while offline\n"
     assert emu.download("/tree/sub/b.txt") == b"b\n" and emu.download("/tree/a.txt") == b"a\n"
     assert emu.download("/kept/renamed.txt") == b"old\n"
-    names = {e["name"] for e in emu.api("files/list_folder", {"path": "/kept"})["entries"]}
+    names = {e["name"] for e in emu.listing("/kept")}
     assert names == {"renamed.txt", "case.txt"}
-    assert "new-folder" in {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    assert "new-folder" in {e["name"] for e in emu.listing("")}

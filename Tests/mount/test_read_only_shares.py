@@ -69,7 +69,7 @@ def test_every_write_is_refused_at_once_with_eacces(dbxfs_binary, mnt, emu):
             attempt()
     # Nothing was staged: no upload pending, and Dropbox is unchanged.
     assert status(dbxfs_binary, mnt.path)["uploads"]["pending_files"] == 0
-    listed = sorted(e["name"] for e in emu.api("files/list_folder", {"path": "/shared"})["entries"])
+    listed = sorted(e["name"] for e in emu.listing("/shared"))
     assert listed == ["f.txt", "sub"]
     assert os.path.exists(os.path.join(mine, "m.txt"))
 

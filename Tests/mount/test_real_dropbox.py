@@ -82,7 +82,7 @@ def test_namespace_changes_survive_write_contention(dbxfs_binary, emu, tmp_path)
         os.unlink(f"{root}/hello.txt")
         synced()
         assert emu.stats()["faults"]["write_contention"] == 14
-    names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    names = {e["name"] for e in emu.listing("")}
     assert names == {"docs", "moved-409", "moved-429_header_only", "moved-429"}
 
 
@@ -121,7 +121,7 @@ def test_fuse_caller_waits_a_bounded_time_while_uploads_keep_retrying(dbxfs_bina
         result = sync(dbxfs_binary, root)
         assert result.returncode == 0, result.stdout + result.stderr + m.read_log()
     assert emu.download("/pending.txt") == b"kept\n"
-    names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    names = {e["name"] for e in emu.listing("")}
     assert "queued" in names and "hello.txt" in names and "HELLO.txt" not in names
 
 
@@ -221,7 +221,7 @@ def test_restricted_locked_and_too_many_files_have_their_own_errno(dbxfs_binary,
         # The lock goes: the held unlink goes through at the next sync.
         emu.path_state("/locked.txt", None)
         assert sync(dbxfs_binary, root, timeout=60).returncode == 0
-    assert "locked.txt" not in {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    assert "locked.txt" not in {e["name"] for e in emu.listing("")}
 
 
 # ----- smaller divergences: error answers -----
@@ -246,5 +246,5 @@ def test_missing_scope_and_server_error_pages(dbxfs_binary, emu, tmp_path):
         wait_until(lambda: "lacks the permission files.content.write" in m.read_log())
         assert os.path.isdir(f"{root}/denied")
         assert sync(dbxfs_binary, root).returncode == 0
-    names = {e["name"] for e in emu.api("files/list_folder", {"path": ""})["entries"]}
+    names = {e["name"] for e in emu.listing("")}
     assert {"after-html.txt", "after-empty.txt", "denied"} <= names

@@ -80,11 +80,7 @@ class WriteMount:
 
 def remote_files(emu, root):
     """path_lower relative to `root` → entry, for every file under `root` (recursive)."""
-    page = emu.api("files/list_folder", {"path": root, "recursive": True})
-    entries = list(page["entries"])
-    while page["has_more"]:
-        page = emu.api("files/list_folder/continue", {"cursor": page["cursor"]})
-        entries += page["entries"]
+    entries = emu.listing(root, recursive=True)
     prefix = len(root.lower()) + 1
     return {e["path_lower"][prefix:]: e for e in entries if e[".tag"] == "file"}
 
@@ -339,7 +335,7 @@ def test_two_names_that_differ_only_in_case_are_refused_not_merged(writer, tmp_p
     os.rename(writer.path / "by-rsync" / kept, writer.path / "by-rsync" / "ReadMe")
     assert (writer.path / "by-rsync" / "ReadMe").read_text() == (source / kept).read_text()
     writer.sync()
-    names = sorted(e["name"] for e in writer.emu.api("files/list_folder", {"path": "/by-rsync"})["entries"])
+    names = sorted(e["name"] for e in writer.emu.listing("/by-rsync"))
     assert names == ["ReadMe", "other"], names
 
 

@@ -240,6 +240,25 @@ class Emulator:
         body = json.dumps(arg).encode()
         return json.loads(self._request("/2/" + route, body, headers)[2])
 
+    def listing(self, path, recursive=False):
+        """Every entry of a folder's listing, following has_more: Dropbox's pages (and the
+        emulator's, by default) may hold more than `limit` entries, or none while more follow."""
+        page = self.api("files/list_folder", {"path": path, "recursive": recursive})
+        entries = list(page["entries"])
+        while page["has_more"]:
+            page = self.api("files/list_folder/continue", {"cursor": page["cursor"]})
+            entries += page["entries"]
+        return entries
+
+    def changes(self, cursor):
+        """Every change since `cursor`, following has_more (see `listing`)."""
+        page = self.api("files/list_folder/continue", {"cursor": cursor})
+        entries = list(page["entries"])
+        while page["has_more"]:
+            page = self.api("files/list_folder/continue", {"cursor": page["cursor"]})
+            entries += page["entries"]
+        return entries
+
     def upload(self, path, data, mode="add", autorename=False, path_root=None, **commit):
         arg = {"path": path, "mode": mode, "autorename": autorename, **commit}
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/octet-stream",

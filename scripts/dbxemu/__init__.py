@@ -6,6 +6,7 @@ Entry point: `scripts/dbx-emulator` (see docs/EMULATOR.md). Modules, one concept
   hashing      the Dropbox content hash (4 MiB blocks) as a streaming hasher
   storage      the account: sqlite metadata, change log, revisions, blobs on disk
   cursors      self-contained, signed list_folder cursors
+  listing_order, listing_pages  how listings come: children first, shuffled; pages uneven
   faults       run-time settings (faults and limits) and request counters
   oauth        tokens, the /oauth2/authorize page and /oauth2/token
   routes_files         files/* metadata, listing, longpoll, download, upload, delete, move, copy

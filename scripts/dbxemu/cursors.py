@@ -22,10 +22,10 @@ VERSION = 1
 
 class Cursor:
     __slots__ = ("epoch", "path_lower", "recursive", "include_deleted", "limit", "phase", "after",
-                 "start_seq", "position", "view", "order")
+                 "start_seq", "position", "view", "order", "pages", "rested")
 
     def __init__(self, epoch, path_lower, recursive, include_deleted, limit, phase, after, start_seq, position,
-                 view=None, order="path"):
+                 view=None, order="path", pages="exact", rested=False):
         self.epoch = epoch
         self.path_lower = path_lower
         self.recursive = recursive
@@ -39,6 +39,8 @@ class Cursor:
         # `path_lower` is always the physical folder, so the cursor means the same in any request.
         self.view = view
         self.order = order          # listing_order when the listing began (listing_order.py)
+        self.pages = pages          # listing_pages when the listing began (listing_pages.py)
+        self.rested = rested        # the page just served was an empty one (listing_pages.py)
 
     def copy(self, **changes):
         values = {k: getattr(self, k) for k in self.__slots__}

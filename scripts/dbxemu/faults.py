@@ -22,7 +22,7 @@ DEFAULTS = {
     "quota": 0,              # account size in bytes (0: 2 TiB)
     "longpoll_max_wait": 0,  # cap on how long longpoll really waits, for fast tests (0: no cap)
     "longpoll_backoff": 0,   # if set, every longpoll answer carries this `backoff`
-    # Real-Dropbox strictness (contention.py, listing_order.py; docs/EMULATOR.md "Stricter than kind")
+    # Real-Dropbox strictness (contention.py, listing_order.py, listing_pages.py; docs/EMULATOR.md "Stricter than kind")
     "retry_after": 1,                # seconds every 429 asks for (RateLimitError.retry_after)
     "write_contention_rate": 0.0,    # probability that a write commit meets too_many_write_operations
     "write_contention_next": 0,      # the next N write commits (or batch entries) meet it, for tests
@@ -30,6 +30,7 @@ DEFAULTS = {
     "serialize_batch_commits": 1,    # a finish_batch overlapping another gets too_many_write_operations
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
+    "listing_pages": "uneven",       # "uneven" (pages over limit, empty ones with has_more) or "exact"
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
     "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
@@ -45,6 +46,7 @@ PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
 CHOICE_KEYS = {
     "write_contention_form": ("mixed", "429", "429_header_only", "409", "batch_entry"),
     "listing_order": ("shuffled", "path"),
+    "listing_pages": ("uneven", "exact"),
     "fail_body": ("text", "html", "empty"),
     "deny_form": ("missing_scope", "forbidden"),
 }

@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 
-from . import cursors, listing_order, namespaces, paths
+from . import cursors, listing_order, listing_pages, namespaces, paths
 from .cursors import CHANGES, LIST, LIST_DELETED, Cursor
 from .errors import BadRequest, RouteError, lookup_error, write_error
 from .hashing import ContentHasher
@@ -224,14 +224,18 @@ def listing_page(store, cursor):
 
 
 def _listing_page(store, cursor, view):
-    limit = cursor.limit
+    limit = listing_pages.size(cursor)
     # A view's root folder is listed as "": recursive listings leave it out, as they do the root.
     outside = (lambda r: r["path_lower"] == view.prefix_lower) if view.prefix_lower else (lambda r: False)
+    rested = cursor.copy(rested=True)
     with store.lock:
         if cursor.phase in (LIST, LIST_DELETED):
             table = "entries" if cursor.phase == LIST else "tombstones"
             rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1,
                                    descending=listing_order.descending(cursor))
+            if rows and listing_pages.serves_empty_page(cursor):
+                return {"entries": [], "cursor": cursors.encode(rested, store.secret), "has_more": True}
+            cursor = cursor.copy(rested=False)
             more = len(rows) > limit
             rows = rows[:limit]
             render = metadata if cursor.phase == LIST else deleted_metadata
@@ -244,6 +248,9 @@ def _listing_page(store, cursor, view):
                 nxt, has_more = cursor.copy(phase=CHANGES, after="", position=cursor.start_seq), False
         else:
             changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
+            if changed and listing_pages.serves_empty_page(cursor):
+                return {"entries": [], "cursor": cursors.encode(rested, store.secret), "has_more": True}
+            cursor = cursor.copy(rested=False)
             has_more = len(changed) > limit
             changed = changed[:limit]
             entries = listing_order.arrange(
@@ -273,7 +280,8 @@ def start_cursor(call):
                       get_field(arg, "recursive", bool, False), get_field(arg, "include_deleted", bool, False),
                       limit or DEFAULT_PAGE, LIST, "", store.seq, store.seq,
                       view.encode() if view.prefix_lower else None,
-                      listing_order.order_for_new_cursor(call.app.settings))
+                      listing_order.order_for_new_cursor(call.app.settings),
+                      listing_pages.pages_for_new_cursor(call.app.settings))
 
 
 def list_folder(call):
