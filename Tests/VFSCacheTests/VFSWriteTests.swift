@@ -395,6 +395,39 @@ import Testing
         #expect(copies.contains { $0 == ours } && copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
+    /// The same handle when our bytes were committed (our own rev) and another client then changed
+    /// the file before the handle wrote: what it read is our commit, not their version, so its
+    /// patch must not be applied to theirs either.
+    @Test func aHandleThatReadOurPendingBytesDoesNotPatchALaterVersionOfOthers() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/g.bin", testBytes(1000, seed: 81))
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve("/g.bin")
+        let ours = testBytes(1000, seed: 82)
+        let first = try w.vfs.open(ino, flags: [.read, .write])
+        try write(w.vfs, ino, first.handle, at: 0, ours)
+        try close(w.vfs, ino, first.handle)
+        let second = try w.vfs.open(ino, flags: [.read, .write])
+        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        #expect(remote.content("/g.bin") == ours)
+        let theirs = testBytes(900, seed: 83)
+        remote.externalWrite("/g.bin", theirs)
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
+        _ = try w.vfs.getattr(ino)
+        let patch = Array("patched after reading ours".utf8)
+        try write(w.vfs, ino, second.handle, at: 100, patch)
+        try close(w.vfs, ino, second.handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        let mine = Array(ours[..<100]) + patch + Array(ours[(100 + patch.count)...])
+        let atPath = remote.content("/g.bin")
+        #expect((atPath == theirs ? "theirs" : atPath == mine ? "ours patched" : "something else") == "theirs")
+        let copies = remote.allPaths().filter { $0.hasPrefix("/g (conflicted copy ") }.map { remote.content($0) }
+        #expect(copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
+    }
+
     /// An fsync waiting for its upload while another thread renames the file: it returns once
     /// the bytes are on Dropbox (under the new name), not as soon as the old name has no upload.
     @Test func anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox() throws {

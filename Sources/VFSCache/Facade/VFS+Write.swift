@@ -380,17 +380,18 @@ extension VFS {
             meta = Self.version(readBy: openedAt, from: tree)
             logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
         }
-        // The same rule for a handle that opened our own pending bytes: they met another version
-        // on Dropbox and became a conflicted copy, and the path shows the other version now. The
-        // handle's change was computed from ours, so it goes on ours (the staging file it read,
-        // still open), as a new file, and is kept as a conflicted copy too: applied to theirs, it
-        // replaced their bytes unseen (test_no_silent_overwrite.py;
-        // `aHandleThatReadOurPendingBytesNeverWritesOnTheVersionTheyConflictedWith`).
+        // The same rule for a handle that opened our own pending bytes, when the path now shows a
+        // version that is not ours: those bytes met another version on Dropbox and became a
+        // conflicted copy, or were committed and then changed by someone else. The handle's change
+        // was computed from ours, so it goes on ours (the staging file it read, still open), as a
+        // new file, and is kept as a conflicted copy: applied to theirs, it replaced or patched
+        // their bytes unseen (test_no_silent_overwrite.py;
+        // `aHandleThatReadOurPendingBytesNeverWritesOnTheVersionTheyConflictedWith`,
+        // `aHandleThatReadOurPendingBytesDoesNotPatchALaterVersionOfOthers`).
         var readOurs: StagingFile?
-        if let readLocal, file.staging == nil, node.local == .remote, !tree.rev.isEmpty,
-           !writeBack.isOwnCommit(path: path, rev: tree.rev) {
+        if let readLocal, node.local == .remote, !tree.rev.isEmpty, !writeBack.isOwnCommit(path: path, rev: tree.rev) {
             readOurs = readLocal
-            logger.info("\(path) shows another version than this open read (ours, now a conflicted copy): its writes go on ours, and will be kept as a conflicted copy too")
+            logger.info("\(path) shows a version this open did not read (another client's): its writes go on the bytes it read, and will be kept as a conflicted copy")
         }
         let base: WriteBase = readOurs != nil || meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
