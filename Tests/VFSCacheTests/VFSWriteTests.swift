@@ -381,6 +381,8 @@ import Testing
         #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
         #expect(eventually { w.vfs.writeBack!.status().pendingFiles == 0 })
         w.vfs.writeBack!.deliverPendingEvents()
+        // It still reads what it opened (ours), as an open of the server's bytes does.
+        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
         // Through the handle that read ours: truncate and new bytes (the test's rewrite), or a patch.
         let change = Array("written after reading ours".utf8)
         if rewrite { _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 0), handle: second.handle) }

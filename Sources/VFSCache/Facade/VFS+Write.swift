@@ -203,11 +203,14 @@ extension VFS {
                       _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
         guard handle.ino == ino else { throw .badFile }
         let staging = handle.file.withLock { handle.file.staging }
-        guard let staging else {
+        guard let staging = staging ?? handle.localView else {
             // Not written yet through this open: the server's bytes.
             guard let reader = handle.remoteView else { return body([]) }
             return try readRemote(reader, offset: offset, size: size, body)
         }
+        // (No staging file of the file's own: the open's local bytes were let go, committed or
+        // made a conflicted copy, so it reads the version it opened, from the staging file it
+        // keeps open, as an open of the server's bytes reads that rev.)
         let bytes = try staging.read(at: offset, count: size)
         return bytes.withUnsafeBytes { body($0.isEmpty ? [] : [$0]) }
     }
