@@ -356,6 +356,17 @@ import Testing
         #expect(w.vfs.writeBack!.status().pendingFiles == 0)
     }
 
+    /// `ours` written and closed through one handle (pending: the upload may wait), then a second
+    /// handle opened for reading and writing that has read them all.
+    private func handleThatRead(_ ours: [UInt8], writtenTo ino: InodeNumber, in vfs: VFS) throws -> HandleID {
+        let first = try vfs.open(ino, flags: [.read, .write])
+        try write(vfs, ino, first.handle, at: 0, ours)
+        try close(vfs, ino, first.handle)
+        let second = try vfs.open(ino, flags: [.read, .write]).handle
+        #expect(try vfs.read(ino, handle: second, offset: 0, size: ours.count) == ours)
+        return second
+    }
+
     /// test_no_silent_overwrite.py (seed 1, once the emulator's listing pages came uneven) found
     /// the other client's last write replaced by ours though no write of ours had read it: a
     /// handle opened and read our own pending bytes, they became a conflicted copy (another client
@@ -370,11 +381,7 @@ import Testing
         let w = try Writable(uploads.remote)
         let ino = try w.vfs.resolve("/f.bin")
         let ours = testBytes(1000, seed: 72)
-        let first = try w.vfs.open(ino, flags: [.read, .write])
-        try write(w.vfs, ino, first.handle, at: 0, ours)
-        try close(w.vfs, ino, first.handle)
-        let second = try w.vfs.open(ino, flags: [.read, .write])
-        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
+        let second = try handleThatRead(ours, writtenTo: ino, in: w.vfs)
         let theirs = testBytes(900, seed: 73)
         remote.externalWrite("/f.bin", theirs)
         uploads.release()
@@ -382,12 +389,12 @@ import Testing
         #expect(eventually { w.vfs.writeBack!.status().pendingFiles == 0 })
         w.vfs.writeBack!.deliverPendingEvents()
         // It still reads what it opened (ours), as an open of the server's bytes does.
-        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
+        #expect(try w.vfs.read(ino, handle: second, offset: 0, size: 1000) == ours)
         // Through the handle that read ours: truncate and new bytes (the test's rewrite), or a patch.
         let change = Array("written after reading ours".utf8)
-        if rewrite { _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 0), handle: second.handle) }
-        try write(w.vfs, ino, second.handle, at: rewrite ? 0 : 100, change)
-        try close(w.vfs, ino, second.handle)
+        if rewrite { _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 0), handle: second) }
+        try write(w.vfs, ino, second, at: rewrite ? 0 : 100, change)
+        try close(w.vfs, ino, second)
         let mine = rewrite ? change : Array(ours[..<100]) + change + Array(ours[(100 + change.count)...])
         w.sync()
         w.vfs.writeBack!.deliverPendingEvents()
@@ -406,11 +413,7 @@ import Testing
         let w = try Writable(remote)
         let ino = try w.vfs.resolve("/g.bin")
         let ours = testBytes(1000, seed: 82)
-        let first = try w.vfs.open(ino, flags: [.read, .write])
-        try write(w.vfs, ino, first.handle, at: 0, ours)
-        try close(w.vfs, ino, first.handle)
-        let second = try w.vfs.open(ino, flags: [.read, .write])
-        #expect(try w.vfs.read(ino, handle: second.handle, offset: 0, size: 1000) == ours)
+        let second = try handleThatRead(ours, writtenTo: ino, in: w.vfs)
         w.sync()
         w.vfs.writeBack!.deliverPendingEvents()
         #expect(remote.content("/g.bin") == ours)
@@ -419,8 +422,8 @@ import Testing
         Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
         _ = try w.vfs.getattr(ino)
         let patch = Array("patched after reading ours".utf8)
-        try write(w.vfs, ino, second.handle, at: 100, patch)
-        try close(w.vfs, ino, second.handle)
+        try write(w.vfs, ino, second, at: 100, patch)
+        try close(w.vfs, ino, second)
         w.sync()
         w.vfs.writeBack!.deliverPendingEvents()
         let mine = Array(ours[..<100]) + patch + Array(ours[(100 + patch.count)...])
