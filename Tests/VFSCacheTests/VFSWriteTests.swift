@@ -433,6 +433,34 @@ import Testing
         #expect(copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
+    /// A handle that opened the server's bytes, wrote (committed since: our own rev), and writes
+    /// again after another client changed the file: its second write goes on what it wrote, not on
+    /// their version; the path keeps theirs and a conflicted copy holds both writes.
+    @Test func aHandleThatWroteAndWritesAgainAfterAnotherClientsChangeKeepsTheirVersion() throws {
+        let old = testBytes(1000, seed: 91)
+        let (remote, w, ino, handle) = try openedAndRead("/h.bin", old)
+        let first = Array("first write".utf8), second = Array("second write".utf8)
+        try write(w.vfs, ino, handle, at: 0, first)
+        try w.vfs.flush(ino, handle: handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        #expect(remote.content("/h.bin") == first + Array(old[first.count...]))
+        let theirs = testBytes(900, seed: 92)
+        remote.externalWrite("/h.bin", theirs)
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
+        _ = try w.vfs.getattr(ino)
+        try write(w.vfs, ino, handle, at: 500, second)
+        try close(w.vfs, ino, handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        var ours = first + Array(old[first.count...])
+        ours.replaceSubrange(500..<(500 + second.count), with: second)
+        let atPath = remote.content("/h.bin")
+        #expect((atPath == theirs ? "theirs" : "something else") == "theirs")
+        let copies = remote.allPaths().filter { $0.hasPrefix("/h (conflicted copy ") }.map { remote.content($0) }
+        #expect(copies.contains { $0 == ours }, "copies: \(copies.map { $0?.count ?? -1 })")
+    }
+
     /// An fsync waiting for its upload while another thread renames the file: it returns once
     /// the bytes are on Dropbox (under the new name), not as soon as the old name has no upload.
     @Test func anFsyncWaitingWhileTheFileIsRenamedReturnsOnlyOnceTheBytesAreOnDropbox() throws {

@@ -203,7 +203,7 @@ extension VFS {
                       _ body: ([UnsafeRawBufferPointer]) -> R) throws(Errno) -> R {
         guard handle.ino == ino else { throw .badFile }
         let staging = handle.file.withLock { handle.file.staging }
-        guard let staging = staging ?? handle.localView else {
+        guard let staging = staging ?? handle.localView.withLock({ $0 }) else {
             // Not written yet through this open: the server's bytes.
             guard let reader = handle.remoteView else { return body([]) }
             return try readRemote(reader, offset: offset, size: size, body)
@@ -245,9 +245,11 @@ extension VFS {
                 staging = current
             } else {
                 guard var current = metadata.path(of: ino) ?? reviveDeleted(handle) else { throw .noEntry }
-                staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView, readLocal: handle.localView)
+                staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView,
+                                           readLocal: handle.localView.withLock { $0 })
                 path = current
             }
+            handle.localView.withLock { $0 = staging }
             let at = handle.append ? try staging.size() : offset
             // A disk filling up part way: a short write, as on a local disk (the writer's next
             // write gets ENOSPC), so what the writer was told and the file's size agree.
@@ -375,14 +377,6 @@ extension VFS {
         // Bytes the engine already holds for this path (pending upload, resumed after a restart)
         // are the current content: never fill over them from the server.
         if file.staging == nil { file.staging = writeBack.stagingFile(path: path) }
-        var meta = tree
-        var opened: OpenFile?
-        if let openedAt, file.staging == nil, node.local == .remote, !openedAt.rev.isEmpty, openedAt.rev != tree.rev,
-           !writeBack.isOwnCommit(path: path, rev: tree.rev) {
-            opened = openedAt
-            meta = Self.version(readBy: openedAt, from: tree)
-            logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
-        }
         // The same rule for a handle that opened our own pending bytes, when the path now shows a
         // version that is not ours: those bytes met another version on Dropbox and became a
         // conflicted copy, or were committed and then changed by someone else. The handle's change
@@ -395,6 +389,14 @@ extension VFS {
         if let readLocal, node.local == .remote, !tree.rev.isEmpty, !writeBack.isOwnCommit(path: path, rev: tree.rev) {
             readOurs = readLocal
             logger.info("\(path) shows a version this open did not read (another client's): its writes go on the bytes it read, and will be kept as a conflicted copy")
+        }
+        var meta = tree
+        var opened: OpenFile?
+        if readOurs == nil, let openedAt, file.staging == nil, node.local == .remote, !openedAt.rev.isEmpty, openedAt.rev != tree.rev,
+           !writeBack.isOwnCommit(path: path, rev: tree.rev) {
+            opened = openedAt
+            meta = Self.version(readBy: openedAt, from: tree)
+            logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
         }
         let base: WriteBase = readOurs != nil || meta.rev.isEmpty ? .newFile : .revision(meta.rev)
         let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
@@ -589,8 +591,9 @@ extension VFS {
             try file.withLock { () throws(Errno) in
                 var current = path
                 let staging = try prepareWrite(file, path: &current, keepBytes: size, openedAt: handle?.remoteView,
-                                               readLocal: handle?.localView)
+                                               readLocal: handle?.localView.withLock { $0 })
                 try staging.truncate(to: size)
+                handle?.localView.withLock { $0 = staging }
                 if let prefix = file.sequentialPrefix, size < prefix {
                     file.breakSequence()
                     writeBack.noteRewrite(path: current, staging: staging)

@@ -98,10 +98,11 @@ final class WriteHandle: Sendable {
     let append: Bool
     /// For reads before the first write of an `O_RDWR` open of a clean file: the remote bytes.
     let remoteView: OpenFile?
-    /// For an open of a file whose bytes were local (a pending upload): the staging file it
-    /// showed. Should those bytes become a conflicted copy before the handle writes, its writes
-    /// go on them, never on the other version (`VFS.beginWriteAndFill`).
-    let localView: StagingFile?
+    /// The local bytes this handle saw last: the staging file it opened (a pending upload) or last
+    /// wrote to. Should the path come to show another client's version (ours became a conflicted
+    /// copy, or was changed elsewhere after its commit), the handle reads these and writes on
+    /// them, never on the other version (`VFS.beginWriteAndFill`).
+    let localView: Mutex<StagingFile?>
     /// This handle changed the file since its last journaled close (flush/release journal it).
     let wrote = Atomic<Bool>(false)
     /// This handle changed the file at some point: only such a handle's flush reports the file's
@@ -122,7 +123,7 @@ final class WriteHandle: Sendable {
 
     init(ino: InodeNumber, file: LocalFile, mayWrite: Bool, append: Bool, remoteView: OpenFile?, localView: StagingFile? = nil) {
         self.ino = ino; self.file = file; self.mayWrite = mayWrite; self.append = append; self.remoteView = remoteView
-        self.localView = localView
+        self.localView = Mutex(localView)
     }
 }
 
