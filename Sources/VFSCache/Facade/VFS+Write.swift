@@ -431,15 +431,17 @@ extension VFS {
         return staging
     }
 
+    /// Fills a new staging file from another (holes stay holes: `StagingFile.fill`).
     private func copy(from source: StagingFile, to target: StagingFile, count: UInt64) throws(Errno) {
         var offset: UInt64 = 0
         let piece = 4 << 20
         while offset < count {
             let bytes = try source.read(at: offset, count: Int(min(UInt64(piece), count - offset)))
             if bytes.isEmpty { break }
-            try target.write(at: offset, bytes)
+            try target.fill(at: offset, bytes)
             offset += UInt64(bytes.count)
         }
+        try target.truncate(to: offset)
     }
 
     /// The old bytes of a file, block by block through the block cache (with read-ahead).
@@ -455,8 +457,9 @@ extension VFS {
             let start = index * blockSize
             let length = Int(min(blockSize, count - start))
             guard length <= block.count else { throw .io }
-            try target.write(at: start, UnsafeRawBufferPointer(rebasing: block.buffer[0..<length]))
+            try target.fill(at: start, UnsafeRawBufferPointer(rebasing: block.buffer[0..<length]))
         }
+        try target.truncate(to: count)
     }
 
     // MARK: Close, flush, fsync
