@@ -357,7 +357,9 @@ import Testing
     @Test func aColdLookupAlsoListsTheNameItLooksUpSoTheNextLevelAnswersAtOnce() throws {
         let inner = InMemoryRemote()
         inner.externalWrite("/a/b/c/d/e/f/leaf.txt", "found")
-        let remote = HeldRecursiveListing(inner, listingDelay: 0.05)   // the whole tree held back
+        // Each listing takes 0.3 s: rounds are told apart by time, and a clean-clone CI run beside
+        // four fsstress processes found 5 rounds with 0.05 s (the test took 91 s instead of 0.2).
+        let remote = HeldRecursiveListing(inner, listingDelay: 0.3)   // the whole tree held back
         defer { remote.release() }
         let vfs = try makeVFS(remote) { $0.eagerListingsWhilePrefetching = VFSConfig().eagerListingsWhilePrefetching }
         #expect(try vfs.getattr(try vfs.resolve("/a/b/c/d/e/f/leaf.txt")).0.size == 5)
