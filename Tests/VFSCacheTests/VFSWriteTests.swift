@@ -749,6 +749,25 @@ import Testing
         #expect(try w.vfs.readAll(w.vfs.resolve("/D/theirs.txt")) == Array("theirs".utf8))
     }
 
+    /// The same when Dropbox's first page of the folder's listing is empty with more to come
+    /// (dropbox/dropbox-sdk-java#281): the check read one page of one entry, found nothing, and
+    /// sent the delete, which Dropbox carries out recursively: the other device's file was gone.
+    /// The emulator's uneven pages found it (test_write_dropbox.py::test_rmdir_is_never_recursive).
+    @Test func rmdirOfAFolderNotEmptyOnDropboxIsUndoneWhenTheFirstPageIsEmpty() throws {
+        let remote = InMemoryRemote()
+        remote.externalMkdir("/D")
+        let uneven = FailingRemote(remote)
+        let w = try Writable(uneven)
+        let dir = try w.vfs.resolve("/D")
+        try w.vfs.metadata.ensureListed(dir, maxAge: 0)
+        remote.externalWrite("/D/theirs.txt", "theirs")
+        uneven.emptyFirstPages.store(true, ordering: .relaxed)
+        try w.vfs.rmdir(parent: rootInode, name: "D")
+        let left = w.vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20), retryingHeld: true)
+        #expect(left.map(\.operation) == ["rmdir /D"])
+        #expect(remote.content("/D/theirs.txt") == Array("theirs".utf8))
+    }
+
     private func names(_ vfs: VFS, _ ino: InodeNumber) throws -> [String] {
         try vfs.list(ino).map(\.name).filter { $0 != "." && $0 != ".." }.sorted()
     }

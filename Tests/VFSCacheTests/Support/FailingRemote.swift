@@ -40,12 +40,28 @@ final class FailingRemote: RemoteStore, Sendable {
     func metadata(path: String) throws(RemoteError) -> RemoteEntry? {
         try check("metadata", path); return try inner.metadata(path: path)
     }
+    /// Listings start with an empty page that has more after it, as Dropbox's may
+    /// (dropbox/dropbox-sdk-java#281; the emulator's `listing_pages`).
+    let emptyFirstPages = Atomic<Bool>(false)
+    private static let emptyPageCursor = "empty first page of "
+
     func listFolder(path: String, recursive: Bool, limit: Int?) throws(RemoteError) -> RemoteListPage {
-        try check("listFolder", path); return try inner.listFolder(path: path, recursive: recursive, limit: limit)
+        try check("listFolder", path)
+        let page = try inner.listFolder(path: path, recursive: recursive, limit: limit)
+        guard emptyFirstPages.load(ordering: .relaxed) else { return page }
+        // The real first page comes with the next call; its cursor is kept in the empty page's.
+        Self.heldPages.withLock { $0[path + "#" + page.cursor] = page }
+        return RemoteListPage(changes: [], cursor: Self.emptyPageCursor + path + "#" + page.cursor, hasMore: true)
     }
     func listFolderContinue(cursor: String) throws(RemoteError) -> RemoteListPage {
-        try check("listFolderContinue", ""); return try inner.listFolderContinue(cursor: cursor)
+        try check("listFolderContinue", "")
+        if cursor.hasPrefix(Self.emptyPageCursor),
+           let page = Self.heldPages.withLock({ $0.removeValue(forKey: String(cursor.dropFirst(Self.emptyPageCursor.count))) }) {
+            return page
+        }
+        return try inner.listFolderContinue(cursor: cursor)
     }
+    private static let heldPages = Mutex<[String: RemoteListPage]>([:])
     func latestCursor(path: String, recursive: Bool) throws(RemoteError) -> String {
         try check("latestCursor", path); return try inner.latestCursor(path: path, recursive: recursive)
     }

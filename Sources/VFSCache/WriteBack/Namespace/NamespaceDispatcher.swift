@@ -181,9 +181,16 @@ extension WriteBackEngine {
             do throws(RemoteError) {
                 switch operation.kind {
                 case .deleteFolder:
-                    let page = try self.remote.listFolder(path: operation.path, recursive: false, limit: 1)
-                    if page.changes.contains(where: { if case .upsert = $0 { true } else { false } }) {
-                        return (.undone("\(operation.path) is not empty on Dropbox"), nil)
+                    // Every page until an entry shows: Dropbox's first page may be empty while more
+                    // follow (dropbox/dropbox-sdk-java#281), and a delete sent on it would take the
+                    // folder's contents with it (`rmdirOfAFolderNotEmptyOnDropboxIsUndoneWhenTheFirstPageIsEmpty`).
+                    var page = try self.remote.listFolder(path: operation.path, recursive: false, limit: 1)
+                    while true {
+                        if page.changes.contains(where: { if case .upsert = $0 { true } else { false } }) {
+                            return (.undone("\(operation.path) is not empty on Dropbox"), nil)
+                        }
+                        guard page.hasMore else { break }
+                        page = try self.remote.listFolderContinue(cursor: page.cursor)
                     }
                     return (nil, RemoteDelete(path: operation.path))
                 case .delete where operation.parentRev != nil:
