@@ -594,6 +594,45 @@ import Testing
         #expect(engine.status().pendingFiles == 0)
     }
 
+    /// The rule of `aHandleThatWroteAndWritesAgainAfterAnotherClientsChangeKeepsTheirVersion` for
+    /// a writer the kernel serves (FUSE passthrough): it wrote, its bytes were committed (our own
+    /// rev), another client changed the file, and the kernel writes through the same open again.
+    /// Those writes are on our bytes: the path must keep theirs.
+    @Test func aKernelServedWriterWritingAgainAfterAnotherClientsChangeKeepsTheirVersion() throws {
+        let remote = InMemoryRemote()
+        let w = try Writable(remote) { $0.passthroughWrites = true }
+        let (entry, opened) = try w.vfs.create(parent: rootInode, name: "k.bin", flags: [.write, .truncate])
+        let ino = entry.attributes.ino
+        let backing = try #require(opened.backingFile)
+        w.vfs.servedByKernel(ino, handle: opened.handle)
+        let first = testBytes(1000, seed: 97)
+        try Data(first).write(to: URL(fileURLWithPath: backing))
+        try w.vfs.flush(ino, handle: opened.handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        #expect(remote.content("/k.bin") == first)
+        let theirs = testBytes(900, seed: 98)
+        remote.externalWrite("/k.bin", theirs)
+        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
+        _ = try w.vfs.getattr(ino)
+        // The kernel writes again through the open: a patch at 500 of the backing file.
+        let patch = Array("kernel patch".utf8)
+        let fd = open(backing, O_WRONLY)
+        #expect(fd >= 0)
+        _ = patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, patch.count, 500) }
+        Glibc.close(fd)
+        try w.vfs.flush(ino, handle: opened.handle)
+        w.vfs.release(ino, handle: opened.handle)
+        w.sync()
+        w.vfs.writeBack!.deliverPendingEvents()
+        var ours = first
+        ours.replaceSubrange(500..<(500 + patch.count), with: patch)
+        let atPath = remote.content("/k.bin")
+        #expect((atPath == theirs ? "theirs" : atPath == ours ? "ours patched" : "something else") == "theirs")
+        let copies = remote.allPaths().filter { $0.hasPrefix("/k (conflicted copy ") }.map { remote.content($0) }
+        #expect(copies.contains { $0 == ours }, "copies: \(copies.map { $0?.count ?? -1 })")
+    }
+
     @Test func createWriteCloseIsReadableAtOnceAndUploaded() throws {
         let remote = InMemoryRemote()
         let w = try Writable(remote)
