@@ -190,9 +190,7 @@ import Testing
         let mine = testBytes(1000, seed: 41)
         let (remote, w, ino, handle) = try openedAndRead("/db.bin", mine)
         let theirs = testBytes(1000, seed: 42)
-        remote.externalWrite("/db.bin", theirs)
-        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
-        _ = try w.vfs.getattr(ino)
+        try anotherClientWrites(theirs, at: "/db.bin", remote, seenBy: w.vfs, ino)
         let page = testBytes(100, seed: 43)
         try write(w.vfs, ino, handle, at: 200, page)
         try close(w.vfs, ino, handle)
@@ -356,6 +354,20 @@ import Testing
         #expect(w.vfs.writeBack!.status().pendingFiles == 0)
     }
 
+    /// Another client writes `bytes` at `path` on Dropbox, and the tree learns it: past
+    /// directoryTTL, the next look at the file sees theirs.
+    private func anotherClientWrites(_ bytes: [UInt8], at path: String, _ remote: InMemoryRemote, seenBy vfs: VFS,
+                                     _ ino: InodeNumber) throws {
+        remote.externalWrite(path, bytes)
+        Thread.sleep(forTimeInterval: 0.6)
+        _ = try vfs.getattr(ino)
+    }
+
+    /// The contents of the conflicted copies of `stem` ("/f" for "/f.bin") on Dropbox.
+    private func conflictedCopies(of stem: String, in remote: InMemoryRemote) -> [[UInt8]?] {
+        remote.allPaths().filter { $0.hasPrefix(stem + " (conflicted copy ") }.map { remote.content($0) }
+    }
+
     /// `ours` written and closed through one handle (pending: the upload may wait), then a second
     /// handle opened for reading and writing that has read them all.
     private func handleThatRead(_ ours: [UInt8], writtenTo ino: InodeNumber, in vfs: VFS) throws -> HandleID {
@@ -400,7 +412,7 @@ import Testing
         w.vfs.writeBack!.deliverPendingEvents()
         let atPath = remote.content("/f.bin")
         #expect((atPath == theirs ? "theirs" : atPath == mine ? "the handle's bytes" : "something else") == "theirs")
-        let copies = remote.allPaths().filter { $0.hasPrefix("/f (conflicted copy ") }.map { remote.content($0) }
+        let copies = conflictedCopies(of: "/f", in: remote)
         #expect(copies.contains { $0 == ours } && copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
@@ -418,9 +430,7 @@ import Testing
         w.vfs.writeBack!.deliverPendingEvents()
         #expect(remote.content("/g.bin") == ours)
         let theirs = testBytes(900, seed: 83)
-        remote.externalWrite("/g.bin", theirs)
-        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
-        _ = try w.vfs.getattr(ino)
+        try anotherClientWrites(theirs, at: "/g.bin", remote, seenBy: w.vfs, ino)
         let patch = Array("patched after reading ours".utf8)
         try write(w.vfs, ino, second, at: 100, patch)
         try close(w.vfs, ino, second)
@@ -429,7 +439,7 @@ import Testing
         let mine = Array(ours[..<100]) + patch + Array(ours[(100 + patch.count)...])
         let atPath = remote.content("/g.bin")
         #expect((atPath == theirs ? "theirs" : atPath == mine ? "ours patched" : "something else") == "theirs")
-        let copies = remote.allPaths().filter { $0.hasPrefix("/g (conflicted copy ") }.map { remote.content($0) }
+        let copies = conflictedCopies(of: "/g", in: remote)
         #expect(copies.contains { $0 == mine }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
@@ -446,9 +456,7 @@ import Testing
         w.vfs.writeBack!.deliverPendingEvents()
         #expect(remote.content("/h.bin") == first + Array(old[first.count...]))
         let theirs = testBytes(900, seed: 92)
-        remote.externalWrite("/h.bin", theirs)
-        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
-        _ = try w.vfs.getattr(ino)
+        try anotherClientWrites(theirs, at: "/h.bin", remote, seenBy: w.vfs, ino)
         try write(w.vfs, ino, handle, at: 500, second)
         try close(w.vfs, ino, handle)
         w.sync()
@@ -457,7 +465,7 @@ import Testing
         ours.replaceSubrange(500..<(500 + second.count), with: second)
         let atPath = remote.content("/h.bin")
         #expect((atPath == theirs ? "theirs" : "something else") == "theirs")
-        let copies = remote.allPaths().filter { $0.hasPrefix("/h (conflicted copy ") }.map { remote.content($0) }
+        let copies = conflictedCopies(of: "/h", in: remote)
         #expect(copies.contains { $0 == ours }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
@@ -612,9 +620,7 @@ import Testing
         w.vfs.writeBack!.deliverPendingEvents()
         #expect(remote.content("/k.bin") == first)
         let theirs = testBytes(900, seed: 98)
-        remote.externalWrite("/k.bin", theirs)
-        Thread.sleep(forTimeInterval: 0.6)   // past directoryTTL: the next look at the file sees theirs
-        _ = try w.vfs.getattr(ino)
+        try anotherClientWrites(theirs, at: "/k.bin", remote, seenBy: w.vfs, ino)
         // The kernel writes again through the open: a patch at 500 of the backing file.
         let patch = Array("kernel patch".utf8)
         let fd = open(backing, O_WRONLY)
@@ -629,7 +635,7 @@ import Testing
         ours.replaceSubrange(500..<(500 + patch.count), with: patch)
         let atPath = remote.content("/k.bin")
         #expect((atPath == theirs ? "theirs" : atPath == ours ? "ours patched" : "something else") == "theirs")
-        let copies = remote.allPaths().filter { $0.hasPrefix("/k (conflicted copy ") }.map { remote.content($0) }
+        let copies = conflictedCopies(of: "/k", in: remote)
         #expect(copies.contains { $0 == ours }, "copies: \(copies.map { $0?.count ?? -1 })")
     }
 
