@@ -178,13 +178,7 @@ public final class StagingFile: Sendable {
     }
 
     public func fill(at offset: UInt64, _ bytes: [UInt8]) throws(Errno) {
-        do {
-            try bytes.withUnsafeBytes { try fill(at: offset, $0) }
-        } catch let error as Errno {
-            throw error
-        } catch {
-            throw .io
-        }
+        try Self.withBytes(of: bytes) { (raw) throws(Errno) in try fill(at: offset, raw) }
     }
 
     private static func isAllZeros(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -201,8 +195,14 @@ public final class StagingFile: Sendable {
     }
 
     public func write(at offset: UInt64, _ bytes: [UInt8]) throws(Errno) {
+        try Self.withBytes(of: bytes) { (raw) throws(Errno) in try write(at: offset, raw) }
+    }
+
+    /// `body` over the bytes of an array, keeping its typed error (`withUnsafeBytes` rethrows
+    /// untyped).
+    private static func withBytes(of bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(Errno) -> Void) throws(Errno) {
         do {
-            try bytes.withUnsafeBytes { try write(at: offset, $0) }
+            try bytes.withUnsafeBytes { try body($0) }
         } catch let error as Errno {
             throw error
         } catch {
