@@ -25,24 +25,14 @@ def pages_for_new_cursor(settings):
     return settings["listing_pages"]
 
 
-def _rng(cursor):
-    return random.Random(f"pages:{cursor.order}:{cursor.phase}:{cursor.after}:{cursor.position}")
-
-
-def serves_empty_page(cursor):
-    """Whether this page is an empty one with has_more (only asked when entries remain)."""
-    if cursor.pages != "uneven" or cursor.rested:
-        return False
-    return _rng(cursor).random() < EMPTY_PAGE_RATE
-
-
-def size(cursor):
-    """How many entries this page may carry."""
+def plan(cursor):
+    """(empty, size): whether this page is an empty one with has_more (asked only when entries
+    remain), and how many entries it may carry."""
     limit = cursor.limit
     if cursor.pages != "uneven":
-        return limit
-    rng = _rng(cursor)
-    rng.random()   # the draw serves_empty_page made
+        return False, limit
+    rng = random.Random(f"pages:{cursor.order}:{cursor.phase}:{cursor.after}:{cursor.position}")
+    empty = rng.random() < EMPTY_PAGE_RATE and not cursor.rested
     if rng.random() >= EXTRA_RATE:
-        return limit
-    return limit + rng.randint(1, max(1, limit // 50))
+        return empty, limit
+    return empty, limit + rng.randint(1, max(1, limit // 50))

@@ -224,18 +224,22 @@ def listing_page(store, cursor):
 
 
 def _listing_page(store, cursor, view):
-    limit = listing_pages.size(cursor)
+    empty, limit = listing_pages.plan(cursor)
     # A view's root folder is listed as "": recursive listings leave it out, as they do the root.
     outside = (lambda r: r["path_lower"] == view.prefix_lower) if view.prefix_lower else (lambda r: False)
-    rested = cursor.copy(rested=True)
+    listing = cursor.phase in (LIST, LIST_DELETED)
     with store.lock:
-        if cursor.phase in (LIST, LIST_DELETED):
+        if listing:
             table = "entries" if cursor.phase == LIST else "tombstones"
             rows = store.list_rows(table, cursor.path_lower, cursor.recursive, cursor.after, limit + 1,
                                    descending=listing_order.descending(cursor))
-            if rows and listing_pages.serves_empty_page(cursor):
-                return {"entries": [], "cursor": cursors.encode(rested, store.secret), "has_more": True}
-            cursor = cursor.copy(rested=False)
+        else:
+            rows = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
+        if rows and empty:
+            # An empty page with more to come (listing_pages.py); the next answer is a real one.
+            return {"entries": [], "cursor": cursors.encode(cursor.copy(rested=True), store.secret), "has_more": True}
+        cursor = cursor.copy(rested=False)
+        if listing:
             more = len(rows) > limit
             rows = rows[:limit]
             render = metadata if cursor.phase == LIST else deleted_metadata
@@ -247,12 +251,8 @@ def _listing_page(store, cursor, view):
             else:
                 nxt, has_more = cursor.copy(phase=CHANGES, after="", position=cursor.start_seq), False
         else:
-            changed = store.changed_rows(cursor.path_lower, cursor.recursive, cursor.position, limit + 1)
-            if changed and listing_pages.serves_empty_page(cursor):
-                return {"entries": [], "cursor": cursors.encode(rested, store.secret), "has_more": True}
-            cursor = cursor.copy(rested=False)
-            has_more = len(changed) > limit
-            changed = changed[:limit]
+            has_more = len(rows) > limit
+            changed = rows[:limit]
             entries = listing_order.arrange(
                 [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed if not outside(r)], cursor)
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
