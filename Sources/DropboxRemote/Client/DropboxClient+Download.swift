@@ -101,10 +101,13 @@ extension DropboxClient {
 }
 
 /// Progress shared by callbacks on one thread (download) or several (parallel appends): `done`
-/// reported only when it grows. Locked so parallel appends can share one.
+/// reported only when it grows. Parallel appends can share one: a figure is decided and reported
+/// under `reporting`, so a slow callback for a smaller figure cannot land after a larger one.
 final class MonotonicProgressBox: @unchecked Sendable {
-    // Safe: every access to `reported` and `total` happens under `lock`.
+    // Safe: `reported` is only touched under `reporting`, `_total` only under `lock`.
+    // Lock order: `reporting`, then `lock` (the callback may read `total`; it must not call `update`).
     private let report: TransferProgress?
+    private let reporting = NSLock()
     private let lock = NSLock()
     private var reported: UInt64 = 0
     private var _total: UInt64
@@ -118,11 +121,10 @@ final class MonotonicProgressBox: @unchecked Sendable {
 
     func update(_ done: UInt64) {
         guard let report else { return }
-        let shouldReport: (UInt64, UInt64)? = lock.withLock {
-            guard done > reported else { return nil }
+        reporting.withLock {
+            guard done > reported else { return }
             reported = done
-            return (done, _total)
+            report(done, total)
         }
-        if let (d, t) = shouldReport { report(d, t) }
     }
 }
