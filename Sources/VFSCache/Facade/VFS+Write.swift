@@ -236,6 +236,8 @@ extension VFS {
     func writeLocal(_ ino: InodeNumber, handle id: HandleID, offset: UInt64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
         let writeBack = try requireWriteBack()
         guard let handle = localFiles.handle(id), handle.ino == ino, handle.mayWrite else { throw .badFile }
+        // Before any lock: what it waits for (uploads, their events) may need the file's lock.
+        writeBack.waitForStagingRoom(budget: config.stagingBudget, stallLimit: config.stagingStallLimit)
         let file = handle.file
         let (size, written) = try file.withLock { () throws(Errno) -> (UInt64, Int) in
             let staging: StagingFile

@@ -110,8 +110,13 @@ public struct VFSConfig: Sendable {
     /// the glue can use it.
     public var passthroughWrites: Bool = false
     /// No writer is offered passthrough while more than this many bytes wait for their upload:
-    /// the writer then goes through the daemon, which the uploads pace (`--staging-budget`).
+    /// the writer then goes through the daemon, whose writes wait for the uploads meanwhile
+    /// (`--staging-budget`, WriteBack/StagingBudget.swift).
     public var stagingBudget: UInt64 = 4 << 30
+    /// A writer through the daemon waits while more than `stagingBudget` bytes wait for their
+    /// upload, but no longer than this many seconds without an upload byte moving
+    /// (WriteBack/StagingBudget.swift).
+    public var stagingStallLimit: Double = 5
 
     // MARK: Writing
 

@@ -15,8 +15,8 @@
 /// While such opens are left, the file's disk writeback is started behind the kernel's writes
 /// (StagingWriteback.swift), so the fdatasync at close waits for the tail only.
 ///
-/// Also the staging budget: how many bytes may wait for their upload before new opens for
-/// writing stop being handed to the kernel (and go through the daemon, which the upload paces).
+/// The staging budget (how many bytes may wait for their upload before new opens for writing stop
+/// being handed to the kernel, and writes through the daemon wait) is StagingBudget.swift.
 import Foundation
 
 extension WriteBackEngine {
@@ -128,17 +128,6 @@ extension WriteBackEngine {
             stagingArea.remove(name: dirty.file.name)
         }
         return commit
-    }
-
-    /// Bytes closed or being written that Dropbox does not have yet (for the staging budget).
-    public var bytesNotUploaded: UInt64 {
-        condition.lock(); defer { condition.unlock() }
-        return files.values.reduce(0) { sum, dirty in
-            guard dirty.writing || dirty.record != nil || dirty.closeFailure != nil else { return sum }
-            let size = dirty.writing ? (try? dirty.file.size()) ?? 0 : dirty.record?.size ?? 0
-            let sent = dirty.active?.done.load(ordering: .relaxed) ?? 0
-            return sum + (size > sent ? size - sent : 0)
-        }
     }
 }
 

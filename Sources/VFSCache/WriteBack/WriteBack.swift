@@ -39,6 +39,8 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// Bytes Dropbox confirmed receiving, over all transfers (only grows): `dbxfs status` derives
     /// the upload rate from it.
     let bytesSent = Atomic<UInt64>(0)
+    /// The staging budget's memory between writes (StagingBudget.swift).
+    let backPressure = StagingBackPressure()
 
     let condition = NSCondition()
     /// Starts the writeback of staging files the kernel writes (lock order: `condition`, then its

@@ -102,8 +102,8 @@ struct MountOptions: Sendable {
                                   passthrough; by default when root, Linux >= 6.9: reads of fully
                                   cached files on read-only mounts, writes on writable ones)
           --no-passthrough-writes writers always go through dbxfs (slower; see docs/WRITEBACK.md)
-          --staging-budget SIZE   while more than SIZE waits for its upload, new writers go
-                                  through dbxfs, which the upload paces (default 4G)
+          --staging-budget SIZE   while more than SIZE waits for its upload, writes wait for
+                                  the uploads (default 4G; see docs/SEMANTICS.md)
           --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics (e.g.
                                   127.0.0.1:9101, or just a port; loopback only, see the next)
           --metrics-allow-remote  let --metrics listen on an address other than loopback

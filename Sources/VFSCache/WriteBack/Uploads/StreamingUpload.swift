@@ -173,10 +173,12 @@ extension WriteBackEngine {
                     // Not journaled: these bytes count only once checked against the file at close.
                     stream.checkedChunks[offset] = digests
                     stream.confirmedBytes += chunkSize
+                    self.backPressure.streamedBytes.add(chunkSize, ordering: .relaxed)
                 } else if !self.dead && !stream.cancelled.load(ordering: .relaxed) {
                     do {
                         try self.journal.confirmChunk(staging: stream.staging, sessionID: sessionID, offset: offset, length: chunkSize)
                         stream.confirmedBytes += chunkSize
+                        self.backPressure.streamedBytes.add(chunkSize, ordering: .relaxed)
                     } catch {
                         stream.failed = true
                     }
