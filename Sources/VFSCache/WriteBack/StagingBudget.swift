@@ -16,7 +16,8 @@ import Synchronization
 
 /// How the staging area stands (computed with the engine's lock held).
 struct StagingLoad: Equatable {
-    /// Written bytes Dropbox does not have yet: files being written, closes queued or failing.
+    /// Written bytes Dropbox does not have yet: files being written (less the chunks a stream had
+    /// confirmed), closes queued, under way or failing (whole, until their commit).
     var waiting: UInt64
     /// Of those, what the uploads will send without a close or a retry: closed files queued or under
     /// way, and the finished chunks of files streamed while written.
@@ -62,10 +63,11 @@ extension WriteBackEngine {
                 let sendable = chunk == 0 ? 0 : stream.writtenPrefix / chunk * chunk
                 if sendable > confirmed { load.draining += sendable - confirmed }
             } else {
+                // Until its commit: what an upload reports as sent may still sit in socket buffers
+                // (megabytes each on loopback), and the staging file stays until the commit.
                 let size = dirty.record?.size ?? 0
-                let sent = min(dirty.active?.done.load(ordering: .relaxed) ?? 0, size)
-                load.waiting += size - sent
-                if dirty.record != nil, dirty.hardError == nil, dirty.closeFailure == nil { load.draining += size - sent }
+                load.waiting += size
+                if dirty.record != nil, dirty.hardError == nil, dirty.closeFailure == nil { load.draining += size }
             }
         }
         return load
