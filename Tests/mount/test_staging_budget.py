@@ -15,11 +15,10 @@ from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
 MIB = 1 << 20
 
 
-def pending_bytes(m, mnt):
+def uploads_status(m, mnt):
     result = subprocess.run([m.binary, "status", "--json", str(mnt)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    uploads = json.loads(result.stdout)["mounts"][0].get("uploads") or {}
-    return uploads.get("pending_bytes", 0)
+    return json.loads(result.stdout)["mounts"][0].get("uploads") or {}
 
 
 def test_a_writer_faster_than_the_uploads_is_held_near_the_budget(dbxfs_binary, tmp_path):
@@ -35,12 +34,17 @@ def test_a_writer_faster_than_the_uploads_is_held_near_the_budget(dbxfs_binary, 
                             "--no-passthrough-writes")
         with Mount(dbxfs_binary, mnt, args, env=dropbox_env(), log_path=tmp_path / "mnt.log") as m:
             files = {f"f{i}.bin": os.urandom(4 * MIB) for i in range(10)}
-            samples = []
+            samples, held, texts = [], [], []
             done = threading.Event()
 
             def sample():
                 while not done.is_set():
-                    samples.append(pending_bytes(m, mnt))
+                    uploads = uploads_status(m, mnt)
+                    samples.append(uploads.get("pending_bytes", 0))
+                    held.append(uploads.get("writes_held", 0))
+                    if held[-1]:
+                        texts.append(subprocess.run([m.binary, "status", str(mnt)], capture_output=True, text=True,
+                                                    timeout=60).stdout)
                     time.sleep(0.05)
 
             sampler = threading.Thread(target=sample)
@@ -55,13 +59,16 @@ def test_a_writer_faster_than_the_uploads_is_held_near_the_budget(dbxfs_binary, 
                 written = time.monotonic() - started
                 done.set()
                 sampler.join()
-            samples.append(pending_bytes(m, mnt))
+            samples.append(uploads_status(m, mnt).get("pending_bytes", 0))
             # Without the wait, 40 MiB are written in well under a second and wait all at once.
             # With it: the budget, the file being written, and what one look every 10 ms lets by.
             assert max(samples) <= 16 * MIB, (f"peak {max(samples) / MIB:.1f} MiB waiting against an 8 MiB budget "
                                                f"(written in {written:.2f} s; samples in MiB: "
                                                f"{[round(s / MIB, 1) for s in samples]})")
             assert len(samples) >= 5
+            # `dbxfs status` showed the writer held (docs/STATUS.md, uploads.writes_held).
+            assert max(held) == 1, held
+            assert any("1 write waits for them (more than the staging budget waits)" in t for t in texts), texts
             result = subprocess.run([m.binary, "sync", str(mnt)], capture_output=True, text=True, timeout=300)
             assert result.returncode == 0, result.stdout + result.stderr
         emu.config(bandwidth=0)

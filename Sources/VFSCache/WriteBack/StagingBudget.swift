@@ -35,8 +35,9 @@ final class StagingBackPressure: Sendable {
     /// Chunk bytes Dropbox confirmed for streams of files still being written (`bytesSent` counts
     /// the uploads after close only).
     let streamedBytes = Atomic<UInt64>(0)
-    /// Writes that waited, and for how long in all.
+    /// Writes that waited, and for how long in all; writes waiting now (`dbxfs status`).
     let waits = Atomic<UInt64>(0)
+    let waitingNow = Atomic<Int>(0)
     let waitedNanoseconds = Atomic<UInt64>(0)
 }
 
@@ -97,6 +98,8 @@ extension WriteBackEngine {
         guard let first = loadToWaitFor(budget: budget) else { return 0 }
         WriteBackLog.debug("a write waits for uploads: \(first.waiting) bytes written here are not on Dropbox yet, "
                            + "more than the staging budget of \(budget) bytes")
+        backPressure.waitingNow.add(1, ordering: .relaxed)
+        defer { backPressure.waitingNow.subtract(1, ordering: .relaxed) }
         var progress = uploadProgress
         var lastMove = Date()
         while loadToWaitFor(budget: budget) != nil {

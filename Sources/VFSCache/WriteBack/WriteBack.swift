@@ -558,6 +558,7 @@ public final class WriteBackEngine: @unchecked Sendable {
                                      transfers: transfers.sorted { $0.path < $1.path }, uploads: uploads.sorted { $0.path < $1.path },
                                      conflicts: conflicts, recentErrors: errors, offline: isOffline, operations: operations)
         status.pausedUntil = paused
+        status.writesHeld = backPressure.waitingNow.load(ordering: .relaxed)
         status.oldestPendingSince = oldest
         return status
     }

@@ -106,6 +106,8 @@ public struct WriteBackStatus: Sendable, Equatable {
     public var operations: [PendingUpload] = []
     /// Every upload waits until then (Dropbox unreachable, or asking to slow down); nil: none do.
     public var pausedUntil: Date? = nil
+    /// Writes waiting for uploads because more than the staging budget waits (StagingBudget.swift).
+    public var writesHeld: Int = 0
     /// When the oldest pending upload's file was first closed with bytes not on Dropbox (nil: none
     /// pending). Within one run: uploads resumed from the journal count from the mount's start.
     public var oldestPendingSince: Date? = nil

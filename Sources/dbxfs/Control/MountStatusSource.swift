@@ -128,7 +128,8 @@ final class MountStatusSource: Sendable {
             errors: status.recentErrors.map { ErrorReport(path: $0.path, message: $0.message, at: $0.at) },
             operations: OperationsReport(pending: status.operations.count, oldestAt: status.operations.first?.queuedAt,
                                          lastError: status.operations.compactMap(\.lastError).last,
-                                         first: status.operations.prefix(10).map(pending)))
+                                         first: status.operations.prefix(10).map(pending)),
+            writesHeld: status.writesHeld > 0 ? status.writesHeld : nil)
     }
 
     static func pending(_ upload: PendingUpload) -> PendingReport {

@@ -129,6 +129,9 @@ enum StatusRenderer {
             summary += "; \(bytes(Int64(rate)))/s" + (uploads.etaSeconds.map { ", ETA \(duration($0))" } ?? "")
         }
         if uploads.offline { summary += "; Dropbox unreachable, retrying" }
+        if let held = uploads.writesHeld, held > 0 {
+            summary += "; \(counted(held, "write waits", "writes wait")) for them (more than the staging budget waits)"
+        }
         var lines = [label("uploads") + summary]
 
         // Bars: the transfers in progress, the most bytes left first (with --all, every one, and

@@ -90,6 +90,9 @@ struct UploadsReport: Codable, Sendable {
     /// Namespace changes (mkdir, unlink, rmdir, rename) not on Dropbox yet; omitted by daemons
     /// older than this field (added 2026-12-02), which sent each change at once.
     var operations: OperationsReport? = nil
+    /// Writes waiting for the uploads because more than the staging budget waits for them
+    /// (docs/SEMANTICS.md "Staging budget"); omitted when none, and by older daemons.
+    var writesHeld: Int? = nil
 }
 
 /// The queue of namespace changes not done on Dropbox yet.

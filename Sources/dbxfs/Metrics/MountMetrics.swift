@@ -132,6 +132,9 @@ final class MountMetrics: Sendable {
         r.gauges("dbxfs_writeback_pending_bytes", help: "Bytes of the files in the write-back queue.") {
             status.current.map { [(labels: [], value: Double($0.pendingBytes))] } ?? []
         }
+        r.gauges("dbxfs_writeback_writes_held", help: "Writes waiting for uploads because more than the staging budget (--staging-budget) waits for them.") {
+            status.current.map { [(labels: [], value: Double($0.writesHeld))] } ?? []
+        }
         r.gauges("dbxfs_writeback_oldest_pending_age_seconds", help: "Seconds since the oldest file in the write-back queue was first closed (0 when the queue is empty).") {
             status.current.map { [(labels: [], value: $0.oldestPendingSince.map { max(0, Date().timeIntervalSince($0)) } ?? 0)] } ?? []
         }
