@@ -4,7 +4,9 @@ and the arguments that point a mount at the emulator. It has a unique name becau
 suites run in one pytest, where a bare `from conftest import` can find another suite's conftest.
 """
 
+import os
 import random
+import shlex
 import sys
 from pathlib import Path
 
@@ -43,8 +45,11 @@ def write_seed(root):
 
 
 def dropbox_args(emulator, cache_dir, *extra):
+    """The options of a mount of `emulator`. $DBXFS_TEST_MOUNT_OPTIONS adds options to every mount
+    (e.g. `--staging-budget 64K`, to run the model tests with writers held back by the budget)."""
     # One path prefix per Dropbox host: the emulator refuses a route sent to the wrong one.
-    return ["--api-base", emulator.url + "/{host}", "--cache-dir", str(cache_dir), "--log-level", "debug", *extra]
+    return ["--api-base", emulator.url + "/{host}", "--cache-dir", str(cache_dir), "--log-level", "debug",
+            *shlex.split(os.environ.get("DBXFS_TEST_MOUNT_OPTIONS", "")), *extra]
 
 
 def dropbox_env():
