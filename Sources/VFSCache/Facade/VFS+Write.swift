@@ -121,9 +121,9 @@ extension VFS {
                     try staging.truncate(to: 0)
                     file.restartSequence()
                     writeBack.noteRewrite(path: current, staging: staging)
+                    metadata.setLocal(ino, size: 0, modified: Date())
                 }
                 handle.noteWrite()
-                metadata.setLocal(ino, size: 0, modified: Date())
             } catch {
                 file.withLock { file.writers -= 1 }
                 throw error
@@ -239,7 +239,11 @@ extension VFS {
         // Before any lock: what it waits for (uploads, their events) may need the file's lock.
         writeBack.waitForStagingRoom(budget: config.stagingBudget, stallLimit: config.stagingStallLimit)
         let file = handle.file
-        let (size, written) = try file.withLock { () throws(Errno) -> (UInt64, Int) in
+        // The tree's size is set under the file's lock: the kernel sends a mapping's writeback and
+        // the program's truncate at once, and a size set after letting go could undo the other's
+        // (fsx: "Size error" after a TRUNCATE UP; `aWriteRacingATruncateNeverPutsBackTheSizeBeforeIt`).
+        // Lock order: the file's lock, then the tree's.
+        return try file.withLock { () throws(Errno) -> Int in
             let staging: StagingFile
             var path: String?
             if file.unlinked {
@@ -268,10 +272,9 @@ extension VFS {
                     if at < prefix { writeBack.noteRewrite(path: path, staging: staging) }
                 }
             }
-            return (try staging.size(), data.count)
+            metadata.setLocal(ino, size: try staging.size(), modified: Date())
+            return data.count
         }
-        metadata.setLocal(ino, size: size, modified: Date())
-        return written
     }
 
     /// A write (or truncate) through `handle`, whose file another client deleted after the open
@@ -604,8 +607,8 @@ extension VFS {
                     writeBack.noteRewrite(path: current, staging: staging)
                 }
                 if let mtime = changes.mtime { file.mtime = mtime } else { file.mtime = nil }
+                metadata.setLocal(ino, size: size, modified: changes.mtime ?? Date())   // under the lock: see writeLocal
             }
-            metadata.setLocal(ino, size: size, modified: changes.mtime ?? Date())
             if let handle {
                 handle.noteWrite()
             } else {
@@ -620,8 +623,8 @@ extension VFS {
                     file.mtime = mtime
                     var current = path
                     if !file.writing { _ = try prepareWrite(file, path: &current, keepBytes: nil) }
+                    metadata.setLocal(ino, size: (try? file.staging?.size()) ?? meta.size, modified: mtime)   // see writeLocal
                 }
-                metadata.setLocal(ino, size: (try? file.withLock { try file.staging?.size() } ?? meta.size) ?? meta.size, modified: mtime)
                 if file.withLock({ file.writers == 0 }) || handle == nil { try journalFile(file) }
             } else if !unchanged {
                 logger.info("\(path): a new modification time for an uploaded file over \(Self.retimeMaxBytes >> 20) MiB is not kept")
