@@ -42,4 +42,30 @@ import Testing
         #expect(wrong.isEmpty, "sizes after truncates: \(wrong.prefix(5))")
         try VFSWriteTests().close(vfs, ino, open.handle)
     }
+
+    /// fsx with mappings on a mount without passthrough: "Size error: expected 0x61186 stat
+    /// 0xce939" right after an fsync and a truncate. The facade's handler of the fsync's commit
+    /// decided that no newer bytes were pending, then a truncate began a new period of changes,
+    /// and then the handler made the tree show the commit: the truncate's size was gone.
+    @Test func aTruncateRightAfterACommitKeepsItsSize() throws {
+        let remote = InMemoryRemote()
+        let w = try VFSWriteTests.Writable(remote)
+        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
+        let ino = entry.attributes.ino
+        var wrong: [(round: Int, truncatedTo: UInt64, seen: UInt64)] = []
+        for round in 0..<300 {
+            let size = UInt64(20_000 + round % 2 * 5_000)
+            try VFSWriteTests().write(w.vfs, ino, open.handle, at: 0, testBytes(Int(size), seed: UInt64(round)))
+            try w.vfs.fsync(ino, handle: open.handle)
+            let cut = UInt64(1_000 + round)
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: cut), handle: open.handle)
+            // Let the commit's handler run, then look.
+            Thread.sleep(forTimeInterval: 0.001)
+            let seen = try w.vfs.getattr(ino).0.size
+            if seen != cut { wrong.append((round, cut, seen)) }
+        }
+        #expect(wrong.isEmpty, "sizes after truncates: \(wrong.prefix(5))")
+        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        w.sync()
+    }
 }

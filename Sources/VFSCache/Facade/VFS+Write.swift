@@ -969,10 +969,20 @@ extension VFS {
             // neither see the node still dirty nor undo the commit once it shows.
             metadata.recordLocalChange([path])
             let ino = metadata.locked { $0.resolve(path: path) }
-            let file = ino.flatMap { localFiles.existing($0) }
-            let writing = file?.withLock { file!.writing } ?? false
-            let stillDirty = writing || writeBack?.keepsLocalBytes(path: path) == true
-            dropBlocks(of: metadata.applyCommitted(path: path, entry: entry, stillDirty: stillDirty))
+            // Decided and applied under the file's lock: a write or truncate that began a new period
+            // of changes between the two would otherwise see the tree show the commit over its bytes
+            // (fsx: "Size error" after an fsync and a truncate; `aTruncateRightAfterACommitKeepsItsSize`).
+            // A file object made here for the lock is dropped below when idle. Lock order: the
+            // file's lock, then the engine's (keepsLocalBytes), then the tree's.
+            let madeHere = ino.map { localFiles.existing($0) == nil } ?? false
+            let file = ino.map { localFiles.file($0) }
+            let decideAndApply = { () -> (stillDirty: Bool, stale: [StaleRevision]) in
+                let stillDirty = file?.writing == true || self.writeBack?.keepsLocalBytes(path: path) == true
+                return (stillDirty, self.metadata.applyCommitted(path: path, entry: entry, stillDirty: stillDirty))
+            }
+            let (stillDirty, stale) = file.map { $0.withLock(decideAndApply) } ?? decideAndApply()
+            dropBlocks(of: stale)
+            if let ino, stillDirty, madeHere { localFiles.dropIfIdle(ino) }
             if !stillDirty, let ino {
                 // Forget the kernel's view of the old rev, and the local file once idle.
                 metadata.clearOpenedRev(ino)
