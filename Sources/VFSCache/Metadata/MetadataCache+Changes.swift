@@ -7,6 +7,9 @@
 /// - an upsert with the rev (and size) we already hold is our own echo or a duplicate: no invalidation;
 /// - nodes whose truth is local (`Node.local != .remote`, pending writes) are never overwritten
 ///   or removed by the feed: the write-back engine's conflict rule settles them at commit;
+/// - a file never goes back to a rev that came before the one the tree shows, as far as the tree
+///   knows their order (`ShownRevisions`: the revs of our own commits and conflicts): the feed
+///   reports each version in turn, and a page may end between two;
 /// - a batch fetched before one of the mount's own changes skips the paths that change touched
 ///   (`LocalChangeLog`): the tree already has their newer state; a skipped change the tree does
 ///   not show may be another client's, newer still, and is looked up again (`recheck`);
@@ -85,6 +88,12 @@ extension MetadataCache {
                     result.invalidations.append(.deleted(parent: parent, child: existing, name: node.name))
                     collectRevs(under: existing, into: &result.staleRevs)
                 } else if let old = node.file {
+                    if let rev = entry.rev, shownRevisions.isEarlier(rev, than: old.rev, of: entry.id) {
+                        // The feed reports each commit in order, and a page may end between two:
+                        // an earlier commit of ours after the tree showed a later one is old news.
+                        log.debug("remote change to \(entry.pathDisplay) skipped: rev \(rev) is older than the rev \(old.rev) shown")
+                        return
+                    }
                     if old.rev == entry.rev && old.size == entry.size && node.name == entry.name {
                         // Our own upload's echo, or a feed entry we already applied: nothing for
                         // the kernel to forget (it is still saved, in case the store lags).

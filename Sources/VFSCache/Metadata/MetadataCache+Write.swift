@@ -146,6 +146,7 @@ extension MetadataCache {
             guard let ino = table.resolve(path: path), var node = table.nodes[ino], let old = node.file else { return [] }
             let stale = StaleRevision.replaced(old, id: node.id, by: entry)
             node.id = entry.id
+            if let rev = entry.rev { shownRevisions.note(rev, of: entry.id) }
             if !stillDirty {
                 node.kind = Node.Kind(entry)
                 node.local = .remote
@@ -167,6 +168,7 @@ extension MetadataCache {
                 switch remoteVersion {
                 case .some(.some(let entry)):
                     if let old = node.file { stale = StaleRevision.replaced(old, id: node.id, by: entry) }
+                    if let rev = entry.rev { shownRevisions.note(rev, of: entry.id) }
                     if let parent = table.resolve(path: InodeTable.parentPath(path)) { table.upsert(entry, under: parent, generation: 0) }
                 case .some(.none):
                     stale = StaleRevision.all(under: ino, in: table)

@@ -64,6 +64,10 @@ final class MetadataCache: @unchecked Sendable {
     var treeEverListed = false
     /// Our case-only renames whose halfway steps the feed may still show (MetadataCache+CaseRenames.swift).
     var caseRenames: [PendingCaseRename] = []
+    /// Per file id, the revs the tree showed from our own commits and conflicts, in the order
+    /// Dropbox made them (the last few): the feed never takes a file back to an earlier one
+    /// (MetadataCache+Changes.swift).
+    var shownRevisions = ShownRevisions()
     private let listings = SingleFlight<InodeNumber, Void>()
     /// Folders listed ahead of their own lookup (`listAhead`), by path key.
     private let aheadListings = SingleFlight<String, Void>()
