@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from dropbox import files
 from dropbox.exceptions import ApiError, RateLimitError
 from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg, WriteMode
 
@@ -333,3 +334,100 @@ def test_missing_scope_and_forbidden(dbx, emu):
     resp = conn.getresponse()
     assert resp.status == 403 and json.loads(resp.read())["error"] == {".tag": "no_permission"}
     assert emu.stats()["faults"]["denied"] >= 2
+
+
+def removed_folders_feed(dbx, base, remove, count=20):
+    """Folders /f<i>, each holding x.txt and sub/y.txt, removed by `remove` after a recursive
+    cursor was taken; returns (the changes, the lowercased base)."""
+    for i in range(count):
+        dbx.files_upload(b"x", f"{base}/f{i}/x.txt")
+        dbx.files_upload(b"y", f"{base}/f{i}/sub/y.txt")
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True))
+    for i in range(count):
+        remove(f"{base}/f{i}")
+    return all_changes(dbx, cursor)[0], base.lower()
+
+
+def test_a_deleted_folder_is_sometimes_reported_without_its_contents(dbx, emu, base):
+    """Dropbox reports a deleted folder's descendants only sometimes: the v1 delta docs
+    (dropbox/dropbox-sdk-python dropbox/client.py, removed in 3f109f5: "you will sometimes also
+    get 'delete' delta entries for the children, but this is not guaranteed"); files.stone
+    list_folder tells clients to remove "it and all its children" on a DeletedMetadata."""
+    changes, lower = removed_folders_feed(dbx, base, dbx.files_delete_v2)
+    deleted = {e.path_lower for e in changes if isinstance(e, files.DeletedMetadata)}
+    assert all(isinstance(e, files.DeletedMetadata) for e in changes)
+    assert all(f"{lower}/f{i}" in deleted for i in range(20))
+    with_contents = [i for i in range(20) if f"{lower}/f{i}/x.txt" in deleted]
+    # All or nothing per folder: its sub-folder's contents go with it.
+    for i in range(20):
+        each = {f"{lower}/f{i}/x.txt", f"{lower}/f{i}/sub", f"{lower}/f{i}/sub/y.txt"}
+        assert each <= deleted if i in with_contents else not (each & deleted)
+    assert 0 < len(with_contents) < 20
+    emu.config(change_feed="each")
+    try:
+        changes, lower = removed_folders_feed(dbx, base + "/each", dbx.files_delete_v2, count=3)
+        deleted = {e.path_lower for e in changes}
+        assert all(f"{lower}/f{i}/sub/y.txt" in deleted for i in range(3))
+    finally:
+        emu.config(change_feed="varied")
+
+
+def test_a_folder_moved_away_is_sometimes_reported_without_its_contents(dbx, base):
+    """A move is a delete plus an add: the old place follows the rule of a delete (above); the
+    new place is reported whole (nothing else tells the client what is there)."""
+    changes, lower = removed_folders_feed(dbx, base, lambda p: dbx.files_move_v2(p, p + "-moved"))
+    deleted = {e.path_lower for e in changes if isinstance(e, files.DeletedMetadata)}
+    live = {e.path_lower for e in changes if not isinstance(e, files.DeletedMetadata)}
+    assert all(f"{lower}/f{i}" in deleted for i in range(20))
+    assert all({f"{lower}/f{i}-moved", f"{lower}/f{i}-moved/x.txt", f"{lower}/f{i}-moved/sub/y.txt"} <= live
+               for i in range(20))
+    assert 0 < sum(f"{lower}/f{i}/sub/y.txt" in deleted for i in range(20)) < 20
+
+
+def state_of(entries, lower):
+    """{path below `lower`: rev (a file) or None (a folder)} of a listing's entries."""
+    return {e.path_lower: getattr(e, "rev", None) for e in entries
+            if not isinstance(e, files.DeletedMetadata) and e.path_lower.startswith(lower + "/")}
+
+
+def apply_feed(state, changes):
+    """Applies changes in order as files.stone's list_folder says a client keeps its state: a file
+    replaces what is at its path and that thing's children; a folder replaces a file; a
+    DeletedMetadata removes the path "and all its children"."""
+    for e in changes:
+        p = e.path_lower
+        below = [q for q in state if q.startswith(p + "/")]
+        if isinstance(e, files.DeletedMetadata):
+            for q in below + ([p] if p in state else []):
+                del state[q]
+        elif isinstance(e, files.FileMetadata):
+            for q in below:
+                del state[q]
+            state[p] = e.rev
+        else:
+            state[p] = None
+    return state
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_applying_the_changes_in_order_gives_the_tree(dbx, emu, base, seed):
+    """Whatever the feed leaves out (a removed folder's contents) or adds, a client that applies it
+    in order as files.stone says ends with Dropbox's tree."""
+    emu.config(listing_seed=seed)
+    lower = base.lower()
+    for name in ("a", "b", "c", "d"):
+        dbx.files_upload(b"1", f"{base}/{name}/x.txt")
+        dbx.files_upload(b"2", f"{base}/{name}/sub/y.txt")
+    first = dbx.files_list_folder(base, recursive=True, limit=3)
+    state = state_of(all_entries(dbx, first), lower)
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True, limit=3))
+    dbx.files_delete_v2(base + "/a")
+    dbx.files_create_folder_v2(base + "/a")                 # made again, empty
+    dbx.files_delete_v2(base + "/b")
+    dbx.files_upload(b"new", base + "/b/sub/z.txt")          # made again by a file deep in it
+    dbx.files_move_v2(base + "/c", base + "/c2")
+    dbx.files_move_v2(base + "/c2/sub", base + "/c")         # its sub-folder back at the old name
+    dbx.files_delete_v2(base + "/d")
+    dbx.files_upload(b"file now", base + "/d")               # a file where the folder was
+    apply_feed(state, all_changes(dbx, cursor)[0])
+    assert state == state_of(all_entries(dbx, dbx.files_list_folder(base, recursive=True)), lower)

@@ -12,6 +12,7 @@ import secrets
 from collections import namedtuple
 
 from . import routes_account, routes_batches, routes_export, routes_files, routes_sharing, routes_upload_sessions
+from .change_feed import ChangeFeed
 from .contention import Contention
 from .path_states import PathStates
 from .errors import RouteError
@@ -39,6 +40,7 @@ class App:
         self.exports = self.store.exports = ExportOnlyFiles(self.store)
         self.account = self.store.account = Account(self.store, team_space)
         self.settings = Settings(settings)
+        self.store.feed = ChangeFeed(self.settings)
         self.stats = Stats()
         self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
         self.rate_limiter = RateLimiter(self.settings)

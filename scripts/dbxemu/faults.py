@@ -31,6 +31,7 @@ DEFAULTS = {
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
     "listing_pages": "uneven",       # "uneven" (pages over limit, empty ones with has_more) or "exact"
+    "change_feed": "varied",         # "varied" (a removed folder sometimes reported alone) or "each"
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
     "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
@@ -47,6 +48,7 @@ CHOICE_KEYS = {
     "write_contention_form": ("mixed", "429", "429_header_only", "409", "batch_entry"),
     "listing_order": ("shuffled", "path"),
     "listing_pages": ("uneven", "exact"),
+    "change_feed": ("varied", "each"),
     "fail_body": ("text", "html", "empty"),
     "deny_form": ("missing_scope", "forbidden"),
 }
