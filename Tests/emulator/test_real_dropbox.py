@@ -431,3 +431,33 @@ def test_applying_the_changes_in_order_gives_the_tree(dbx, emu, base, seed):
     dbx.files_upload(b"file now", base + "/d")               # a file where the folder was
     apply_feed(state, all_changes(dbx, cursor)[0])
     assert state == state_of(all_entries(dbx, dbx.files_list_folder(base, recursive=True)), lower)
+
+
+def test_a_path_deleted_and_made_again_is_sometimes_reported_twice_in_order(dbx, emu, base):
+    """Dropbox "will sometimes report multiple changes per path" (samschott/maestral sync.py,
+    _clean_remote_changes): the deletion, then the new entry, in the order a client must apply."""
+    emu.config(listing_seed=11)
+    lower = base.lower()
+    for i in range(20):
+        dbx.files_upload(b"old", f"{base}/p{i}.txt")
+        dbx.files_upload(b"old", f"{base}/d{i}/x.txt")
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True, limit=4))
+    for i in range(20):
+        dbx.files_delete_v2(f"{base}/p{i}.txt")
+        dbx.files_upload(b"new", f"{base}/p{i}.txt")
+        dbx.files_delete_v2(f"{base}/d{i}")
+        dbx.files_create_folder_v2(f"{base}/d{i}")
+    changes = all_changes(dbx, cursor)[0]
+    kinds = {}
+    for e in changes:
+        kinds.setdefault(e.path_lower, []).append(type(e).__name__)
+    twice = [p for p in kinds if len(kinds[p]) == 2]
+    assert all(kinds[p] == ["DeletedMetadata", "FileMetadata"] for p in twice if p.endswith(".txt"))
+    assert all(kinds[p] == ["DeletedMetadata", "FolderMetadata"] for p in twice if not p.endswith(".txt"))
+    assert all(len(k) <= 2 for k in kinds.values())
+    files_twice = sum(f"{lower}/p{i}.txt" in twice for i in range(20))
+    folders_twice = sum(f"{lower}/d{i}" in twice for i in range(20))
+    assert 0 < files_twice < 20 and 0 < folders_twice < 20
+    # A deleted path made again is not a deleted path in an include_deleted listing.
+    listing = all_entries(dbx, dbx.files_list_folder(base, include_deleted=True))
+    assert not any(isinstance(e, files.DeletedMetadata) and e.name.startswith(("p", "d")) for e in listing)

@@ -31,7 +31,7 @@ DEFAULTS = {
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
     "listing_pages": "uneven",       # "uneven" (pages over limit, empty ones with has_more) or "exact"
-    "change_feed": "varied",         # "varied" (a removed folder sometimes reported alone) or "each"
+    "change_feed": "varied",         # "varied" (removed folders, paths made again: change_feed.py) or "each"
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
     "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)

@@ -253,8 +253,8 @@ def _listing_page(store, cursor, view):
         else:
             has_more = len(rows) > limit
             changed = rows[:limit]
-            entries = listing_order.arrange(
-                [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed if not outside(r)], cursor)
+            entries = [metadata(r) if kind == "live" else deleted_metadata(r)
+                       for _, kind, r in listing_order.arrange_changes([c for c in changed if not outside(c[2])], cursor)]
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
         return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
 

@@ -372,6 +372,9 @@ class Store:
         or, `descending`, in reverse path order (path_lower < after; "" starts at the end)."""
         where, params = self._scope(path_lower, recursive)
         cols = ENTRY_COLUMNS if table == "entries" else "*"
+        if table == "tombstones":
+            # A deletion kept in the feed for a path made again (change_feed.py) is not a deleted path.
+            where += " AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.path_lower = tombstones.path_lower)"
         if not descending:
             return self.db.execute(
                 f"SELECT {cols} FROM {table} WHERE {where} AND path_lower > ? ORDER BY path_lower LIMIT ?",
@@ -437,9 +440,13 @@ class Store:
                          now_timestamp(), None if row["is_folder"] else row["rev"], int(implied)))
 
     def _forget_tombstone(self, path_lower):
-        """A path made again leaves its deletion out of the feed. The deletions that one implied
-        (change_feed.py) then report themselves: a cursor from before would otherwise see the
+        """A path made again leaves its deletion out of the feed, or sometimes keeps it there,
+        reported before the new entry (change_feed.py). A deletion left out no longer stands for
+        those it implied: they then report themselves, or a cursor from before would see the
         path come back and never learn that what was in it is gone."""
+        tomb = self.tombstone(path_lower)
+        if tomb is None or (self.feed is not None and self.feed.keeps_deletion(path_lower, tomb["seq"])):
+            return
         if self.db.execute("DELETE FROM tombstones WHERE path_lower = ?", (path_lower,)).rowcount:
             self.db.execute("UPDATE tombstones SET implied = 0 WHERE implied = 1 AND path_lower > ? AND path_lower < ?",
                             (path_lower + "/", path_lower + "0"))
