@@ -11,7 +11,7 @@ from dropbox import files
 from dropbox.exceptions import ApiError, RateLimitError
 from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg, WriteMode
 
-from emulator_suite import all_entries, all_changes, end_cursor
+from emulator_suite import all_entries, all_changes, dropbox_hash, end_cursor
 from test_faults_and_control import tls_connection
 
 
@@ -461,3 +461,23 @@ def test_a_path_deleted_and_made_again_is_sometimes_reported_twice_in_order(dbx,
     # A deleted path made again is not a deleted path in an include_deleted listing.
     listing = all_entries(dbx, dbx.files_list_folder(base, include_deleted=True))
     assert not any(isinstance(e, files.DeletedMetadata) and e.name.startswith(("p", "d")) for e in listing)
+
+
+def test_finish_content_hash_covers_only_its_own_body(dbx, base):
+    """files.stone UploadSessionFinishArg.content_hash: "A hash of the file content uploaded in
+    this call. If provided and the uploaded content does not match this hash, an error will be
+    returned." A finish with no body uploads nothing: the whole file's hash does not match."""
+    data = b"closed before finish"
+    for session_type in (files.UploadSessionType.sequential, files.UploadSessionType.concurrent):
+        concurrent = session_type.is_concurrent()
+        start = dbx.files_upload_session_start(b"" if concurrent else data, close=not concurrent,
+                                               session_type=session_type)
+        if concurrent:
+            dbx.files_upload_session_append_v2(data, UploadSessionCursor(start.session_id, 0), close=True)
+        cursor = UploadSessionCursor(start.session_id, len(data))
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_finish(b"", cursor, CommitInfo(base + "/f.txt"), content_hash=dropbox_hash(data))
+        assert exc.value.error.is_content_hash_mismatch()
+        md = dbx.files_upload_session_finish(b"", cursor, CommitInfo(base + "/f.txt", mode=WriteMode.overwrite),
+                                             content_hash=dropbox_hash(b""))
+        assert md.content_hash == dropbox_hash(data)

@@ -252,11 +252,16 @@ def finish_one(call, entry, with_body):
     sess = sessions.get(session_id)
     if sess is None:
         raise lookup_failed({".tag": "not_found"})
+    # files.stone UploadSessionFinishArg.content_hash: "A hash of the file content uploaded in this
+    # call". A finish that sends no data (a closed or concurrent session) uploads nothing, so only
+    # the empty content's hash matches, never the whole file's.
+    empty_body_hash = with_body and entry.get("content_hash") is not None and not call.body.length
     if sess["type"] == "sequential":
         if with_body and sess["closed"] and call.body.length:
             raise lookup_failed({".tag": "closed"})
         if with_body and not sess["closed"]:
             append_data(call, session_id, offset, True, lookup_failed, entry.get("content_hash"))
+            empty_body_hash = False
         elif not sess["closed"]:
             raise lookup_failed({".tag": "not_closed"})
         elif offset != sess["offset"]:
@@ -278,6 +283,8 @@ def finish_one(call, entry, with_body):
         if covered < size:
             raise RouteError({".tag": "concurrent_session_missing_data"})
         content_hash = None
+    if empty_body_hash:
+        verify_hash(entry, ContentHasher())
     data_path = sessions.path(session_id)
     with sessions.lock_for(session_id):
         with open(data_path, "r+b") as f:
