@@ -481,3 +481,23 @@ def test_finish_content_hash_covers_only_its_own_body(dbx, base):
         md = dbx.files_upload_session_finish(b"", cursor, CommitInfo(base + "/f.txt", mode=WriteMode.overwrite),
                                              content_hash=dropbox_hash(b""))
         assert md.content_hash == dropbox_hash(data)
+
+
+def test_upload_sessions_expire(dbx, emu, base):
+    """files.stone upload_session/start: "An upload session can be used for a maximum of 7 days",
+    then `not_found` (UploadSessionLookupError: "not found or has expired"). The emulator's 7
+    days are `upload_session_ttl` seconds."""
+    emu.config(upload_session_ttl=1)
+    try:
+        start = dbx.files_upload_session_start(b"abc")
+        other = dbx.files_upload_session_start(b"abc", close=True)
+        time.sleep(1.2)
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_append_v2(b"d", UploadSessionCursor(start.session_id, 3))
+        assert exc.value.error.is_not_found()
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_finish(b"", UploadSessionCursor(other.session_id, 3), CommitInfo(base + "/x"))
+        assert exc.value.error.is_lookup_failed() and exc.value.error.get_lookup_failed().is_not_found()
+    finally:
+        emu.config(upload_session_ttl=None)
+    assert emu.config()["upload_session_ttl"] == 7 * 24 * 3600

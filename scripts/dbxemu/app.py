@@ -47,7 +47,7 @@ class App:
         self.write_gate = WriteGate(self.settings)
         self.contention = Contention(self.settings, self.stats)
         self.path_states = PathStates()
-        self.sessions = routes_upload_sessions.SessionStore(self.store)
+        self.sessions = routes_upload_sessions.SessionStore(self.store, self.settings)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)
             self.store.db.execute(routes_sharing.SCHEMA)

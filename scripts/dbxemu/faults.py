@@ -34,6 +34,7 @@ DEFAULTS = {
     "change_feed": "varied",         # "varied" (removed folders, paths made again: change_feed.py) or "each"
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
     "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
+    "upload_session_ttl": 7 * 24 * 3600,  # seconds an upload session lives, then not_found (Dropbox: 7 days)
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
     "fail_status": 500,              # the status of those failures (500, 502, 503, 504...)
     "fail_body": "text",             # their body: plain text, an HTML page, or empty
@@ -41,7 +42,7 @@ DEFAULTS = {
     "deny_form": "missing_scope",    # ...with 401 missing_scope or 403 no_permission
 }
 FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl",
-              "write_contention_rate"}
+              "write_contention_rate", "upload_session_ttl"}
 PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
 # Settings whose value is one of a few words.
 CHOICE_KEYS = {
