@@ -501,3 +501,35 @@ def test_upload_sessions_expire(dbx, emu, base):
     finally:
         emu.config(upload_session_ttl=None)
     assert emu.config()["upload_session_ttl"] == 7 * 24 * 3600
+
+
+def test_a_longpoll_without_changes_outlasts_its_timeout(dbx, emu, base):
+    """files.stone ListFolderLongpollArg.timeout: the request blocks "at most this length of
+    time, plus up to 90 seconds of random jitter" (dropbox/dropbox-sdk-python dropbox_client.py:
+    "The server will respond after <timeout> + random(0, 90) seconds"). A client whose read
+    timeout is the longpoll's own fails on Dropbox. Takes 30 s (the shortest timeout there is);
+    the jitter is 0..4 s here (`longpoll_jitter`), so four polls are all under 30.3 s once in
+    30,000 runs."""
+    emu.config(longpoll_max_wait=0, longpoll_jitter=4)
+    cursor = dbx.files_list_folder_get_latest_cursor(base).cursor
+    waited = []
+
+    def poll():
+        conn = tls_connection(emu)
+        conn.timeout = 60
+        started = time.monotonic()
+        conn.request("POST", "/notify/2/files/list_folder/longpoll", body=json.dumps({"cursor": cursor, "timeout": 30}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["changes"] is False
+        waited.append(time.monotonic() - started)
+
+    try:
+        polls = [threading.Thread(target=poll) for _ in range(4)]
+        for t in polls:
+            t.start()
+        for t in polls:
+            t.join(60)
+    finally:
+        emu.config(longpoll_jitter=None)
+    assert len(waited) == 4 and min(waited) >= 29.9 and max(waited) > 30.3, waited

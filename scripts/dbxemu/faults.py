@@ -22,6 +22,7 @@ DEFAULTS = {
     "quota": 0,              # account size in bytes (0: 2 TiB)
     "longpoll_max_wait": 0,  # cap on how long longpoll really waits, for fast tests (0: no cap)
     "longpoll_backoff": 0,   # if set, every longpoll answer carries this `backoff`
+    "longpoll_jitter": 90,   # a longpoll without changes waits its timeout plus 0..this many s
     # Real-Dropbox strictness (contention.py, listing_order.py, listing_pages.py; docs/EMULATOR.md "Stricter than kind")
     "retry_after": 1,                # seconds every 429 asks for (RateLimitError.retry_after)
     "write_contention_rate": 0.0,    # probability that a write commit meets too_many_write_operations
@@ -42,7 +43,7 @@ DEFAULTS = {
     "deny_form": "missing_scope",    # ...with 401 missing_scope or 403 no_permission
 }
 FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl",
-              "write_contention_rate", "upload_session_ttl"}
+              "write_contention_rate", "upload_session_ttl", "longpoll_jitter"}
 PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
 # Settings whose value is one of a few words.
 CHOICE_KEYS = {
