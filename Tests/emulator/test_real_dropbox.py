@@ -533,3 +533,53 @@ def test_a_longpoll_without_changes_outlasts_its_timeout(dbx, emu, base):
     finally:
         emu.config(longpoll_jitter=None)
     assert len(waited) == 4 and min(waited) >= 29.9 and max(waited) > 30.3, waited
+
+
+def test_identical_listings_at_once_are_refused(dbx, emu, base):
+    """files.stone list_folder: "auth.RateLimitError may be returned if multiple list_folder or
+    list_folder/continue calls with same parameters are made simultaneously by same API app for
+    same user"; the emulator always refuses one that arrives while an identical one is served
+    (from its arrival, latency included, until its answer is ready)."""
+    dbx.files_upload(b"x", base + "/x.txt")
+    cursor = dbx.files_list_folder(base).cursor
+    emu.reset_stats()
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+
+    def call(route, arg, answers):
+        conn = tls_connection(emu)
+        conn.request("POST", "/api/2/" + route, body=json.dumps(arg), headers=headers)
+        resp = conn.getresponse()
+        answers.append((resp.status, json.loads(resp.read())))
+        conn.close()
+
+    emu.config(latency_ms=1500)
+    try:
+        for route, arg, other in (("files/list_folder", {"path": base}, {"path": base, "limit": 5}),
+                                  ("files/list_folder/continue", {"cursor": cursor}, None)):
+            first, same, different = [], [], []
+            thread = threading.Thread(target=call, args=(route, arg, first))
+            thread.start()
+            time.sleep(0.5)
+            call(route, arg, same)
+            if other:
+                call(route, other, different)
+            thread.join(30)
+            assert first[0][0] == 200 and all(status == 200 for status, _ in different)
+            assert same[0][0] == 429 and same[0][1]["error"]["reason"][".tag"] == "too_many_requests"
+            again = []
+            call(route, arg, again)   # once the first is answered
+            assert again[0][0] == 200
+    finally:
+        emu.config(latency_ms=0)
+    assert emu.stats()["faults"]["identical_listing"] == 2
+    emu.config(refuse_identical_listings=0, latency_ms=1500)
+    try:
+        first, same = [], []
+        thread = threading.Thread(target=call, args=("files/list_folder", {"path": base}, first))
+        thread.start()
+        time.sleep(0.5)
+        call("files/list_folder", {"path": base}, same)
+        thread.join(30)
+        assert first[0][0] == 200 and same[0][0] == 200
+    finally:
+        emu.config(refuse_identical_listings=1, latency_ms=0)

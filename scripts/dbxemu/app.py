@@ -14,6 +14,7 @@ from collections import namedtuple
 from . import routes_account, routes_batches, routes_export, routes_files, routes_sharing, routes_upload_sessions
 from .change_feed import ChangeFeed
 from .contention import Contention
+from .listing_overlap import ListingOverlap
 from .path_states import PathStates
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
@@ -46,6 +47,7 @@ class App:
         self.rate_limiter = RateLimiter(self.settings)
         self.write_gate = WriteGate(self.settings)
         self.contention = Contention(self.settings, self.stats)
+        self.listing_overlap = ListingOverlap(self.settings, self.stats)
         self.path_states = PathStates()
         self.sessions = routes_upload_sessions.SessionStore(self.store, self.settings)
         with self.store.lock:

@@ -29,6 +29,7 @@ DEFAULTS = {
     "write_contention_next": 0,      # the next N write commits (or batch entries) meet it, for tests
     "write_contention_form": "mixed",  # how it is answered: see contention.FORMS
     "serialize_batch_commits": 1,    # a finish_batch overlapping another gets too_many_write_operations
+    "refuse_identical_listings": 1,  # a listing identical to one being served gets 429 (listing_overlap.py)
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
     "listing_pages": "uneven",       # "uneven" (pages over limit, empty ones with has_more) or "exact"
@@ -116,7 +117,8 @@ class Stats:
             self._preflights = 0   # OPTIONS requests: not API calls, so not in "requests"
             self._connections = 0  # connections that carried an API or OPTIONS request
             self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0,
-                                    "write_contention": 0, "batch_overlap": 0, "denied": 0})
+                                    "write_contention": 0, "batch_overlap": 0, "denied": 0,
+                                    "identical_listing": 0})
 
     def count_request(self, route):
         with self._lock:
