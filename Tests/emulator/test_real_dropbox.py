@@ -583,3 +583,21 @@ def test_identical_listings_at_once_are_refused(dbx, emu, base):
         assert first[0][0] == 200 and same[0][0] == 200
     finally:
         emu.config(refuse_identical_listings=1, latency_ms=0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_deletion_keeps_its_place_among_entries_above_and_below_it(dbx, emu, base, seed):
+    """A folder moved away and back (a case-only rename through a temporary name, as clients
+    do): every deletion under it comes before the folder's entry, as in the change log. A
+    shuffled page that put one after would delete a file the client was told came back."""
+    emu.config(listing_seed=seed)
+    dbx.files_upload(b"jpeg", base + "/photos/2024/a.jpg")
+    cursor = dbx.files_list_folder_get_latest_cursor(base, recursive=True).cursor
+    dbx.files_move_v2(base + "/photos", base + "/.photos.tmp")
+    dbx.files_move_v2(base + "/.photos.tmp", base + "/Photos")
+    changes = all_changes(dbx, cursor)[0]
+    lower = base.lower() + "/photos"
+    back = [i for i, e in enumerate(changes) if e.path_lower == lower and not isinstance(e, files.DeletedMetadata)]
+    late = [e.path_lower for e in changes[back[0]:]
+            if isinstance(e, files.DeletedMetadata) and e.path_lower.startswith(lower + "/")]
+    assert late == []

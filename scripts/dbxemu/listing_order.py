@@ -10,9 +10,11 @@ With `listing_order` "shuffled" (the default) the emulator does that on purpose,
 A cursor keeps the order it was started with. "path" gives the old order: parents first, by path.
 
 A page of changes is applied in order (files.stone, list_folder: "iterate through each entry in
-order"), so its shuffle keeps one order: a deletion comes before whatever was made later at its
-path or below it (a path deleted and made again, change_feed.py). Any other two entries of a
-page touch different paths with their latest state, and any order of those gives the same tree.
+order"), so its shuffle keeps the order of the change log between a deletion and any entry at,
+above or below its path: a path deleted and made again (change_feed.py) comes back after its
+deletion, and a deletion within a folder stays before the folder's own entry when it was made
+again. Any other two entries touch unrelated paths, or are the latest states of a folder and
+of something in it, and any order of those gives the same tree.
 """
 
 import heapq
@@ -40,26 +42,29 @@ def arrange(entries, cursor):
 
 
 def arrange_changes(changes, cursor):
-    """Shuffles a page of changes, (seq, kind, row) in seq order, like `arrange`, then restores
-    "a deletion before what was made later at its path or below" with the fewest moves (a
-    topological sort that takes the shuffled order wherever it can)."""
+    """Shuffles a page of changes, (seq, kind, row) in seq order, like `arrange`, then puts back in
+    seq order every pair of a deletion and an entry at, above or below its path, with the fewest
+    moves (a topological sort that takes the shuffled order wherever it can)."""
     order = arrange(list(range(len(changes))), cursor)
-    deletions = {}
-    for i, (seq, kind, row) in enumerate(changes):
-        if kind == "deleted":
-            deletions.setdefault(row["path_lower"], []).append(i)
-    if not deletions:
+    if not any(kind == "deleted" for _, kind, _ in changes):
         return [changes[i] for i in order]
+    at_path = {}
+    for i, (_, _, row) in enumerate(changes):
+        at_path.setdefault(row["path_lower"], []).append(i)
+    pairs = set()
+    for i, (_, kind, row) in enumerate(changes):
+        path = row["path_lower"]
+        while path:
+            for j in at_path.get(path, ()):
+                # i at or below j's path: ordered if either one is a deletion.
+                if j != i and (kind == "deleted" or changes[j][1] == "deleted"):
+                    pairs.add((min(i, j), max(i, j)))   # indexes are in seq order
+            path = path.rsplit("/", 1)[0]
     followers = {i: [] for i in range(len(changes))}
     waiting = [0] * len(changes)
-    for j, (seq, kind, row) in enumerate(changes):
-        path = row["path_lower"] if kind == "live" else ""
-        while path:
-            for i in deletions.get(path, ()):
-                if changes[i][0] < seq:
-                    followers[i].append(j)
-                    waiting[j] += 1
-            path = path.rsplit("/", 1)[0]
+    for earlier, later in pairs:
+        followers[earlier].append(later)
+        waiting[later] += 1
     rank = {i: position for position, i in enumerate(order)}
     ready = [(rank[i], i) for i in range(len(changes)) if not waiting[i]]
     heapq.heapify(ready)
