@@ -11,7 +11,10 @@ Layout under --data:
 
 Every change bumps a global sequence number `seq`; each live entry and each tombstone records
 the seq of its last change. That is the whole change log: a cursor remembers a seq, and
-`continue` asks for rows with a larger one. Listing pages are keyset queries on path_lower
+`continue` asks for rows with a larger one. What a feed shows is Dropbox's, not every row
+(change_feed.py): a tombstone `implied` by its removed folder's is left out of recursive feeds,
+and a deleted path made again may keep its tombstone, older than its live row, so the feed shows
+both. Listing pages are keyset queries on path_lower
 (parents sort before their children), so a 1,000,000-entry namespace costs nothing to page.
 
 One RLock serialises metadata access (sqlite work is short); file data moves outside it.
