@@ -44,7 +44,7 @@ def clean_settings(request):
             latency_ms=0, handshake_round_trips=0, bandwidth=0, fail_rate=0, reset_rate=0, rate_limit=0, write_rate_limit=0,
             token_ttl=0, quota=0, longpoll_max_wait=0, longpoll_backoff=0, retry_after=1,
             write_contention_rate=0, write_contention_next=0, write_contention_form="mixed",
-            serialize_batch_commits=1, listing_order="shuffled", listing_pages="uneven", move_limit=10000, batch_async_over=10, fail_next=0, fail_status=500,
+            serialize_batch_commits=1, refuse_identical_listings=1, listing_order="shuffled", listing_pages="uneven", change_feed="varied", move_limit=10000, batch_async_over=10, upload_session_ttl=None, longpoll_jitter=None, fail_next=0, fail_status=500,
             fail_body="text", deny_next=0, deny_form="missing_scope")
 
 

@@ -7,10 +7,11 @@ import threading
 import time
 
 import pytest
+from dropbox import files
 from dropbox.exceptions import ApiError, RateLimitError
 from dropbox.files import CommitInfo, UploadSessionCursor, UploadSessionFinishArg, WriteMode
 
-from emulator_suite import all_entries, all_changes, end_cursor
+from emulator_suite import all_entries, all_changes, dropbox_hash, end_cursor
 from test_faults_and_control import tls_connection
 
 
@@ -333,3 +334,270 @@ def test_missing_scope_and_forbidden(dbx, emu):
     resp = conn.getresponse()
     assert resp.status == 403 and json.loads(resp.read())["error"] == {".tag": "no_permission"}
     assert emu.stats()["faults"]["denied"] >= 2
+
+
+def removed_folders_feed(dbx, base, remove, count=20):
+    """Folders /f<i>, each holding x.txt and sub/y.txt, removed by `remove` after a recursive
+    cursor was taken; returns (the changes, the lowercased base)."""
+    for i in range(count):
+        dbx.files_upload(b"x", f"{base}/f{i}/x.txt")
+        dbx.files_upload(b"y", f"{base}/f{i}/sub/y.txt")
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True))
+    for i in range(count):
+        remove(f"{base}/f{i}")
+    return all_changes(dbx, cursor)[0], base.lower()
+
+
+def test_a_deleted_folder_is_sometimes_reported_without_its_contents(dbx, emu, base):
+    """Dropbox reports a deleted folder's descendants only sometimes: the v1 delta docs
+    (dropbox/dropbox-sdk-python dropbox/client.py, removed in 3f109f5: "you will sometimes also
+    get 'delete' delta entries for the children, but this is not guaranteed"); files.stone
+    list_folder tells clients to remove "it and all its children" on a DeletedMetadata."""
+    changes, lower = removed_folders_feed(dbx, base, dbx.files_delete_v2)
+    deleted = {e.path_lower for e in changes if isinstance(e, files.DeletedMetadata)}
+    assert all(isinstance(e, files.DeletedMetadata) for e in changes)
+    assert all(f"{lower}/f{i}" in deleted for i in range(20))
+    with_contents = [i for i in range(20) if f"{lower}/f{i}/x.txt" in deleted]
+    # All or nothing per folder: its sub-folder's contents go with it.
+    for i in range(20):
+        each = {f"{lower}/f{i}/x.txt", f"{lower}/f{i}/sub", f"{lower}/f{i}/sub/y.txt"}
+        assert each <= deleted if i in with_contents else not (each & deleted)
+    assert 0 < len(with_contents) < 20
+    emu.config(change_feed="each")
+    try:
+        changes, lower = removed_folders_feed(dbx, base + "/each", dbx.files_delete_v2, count=3)
+        deleted = {e.path_lower for e in changes}
+        assert all(f"{lower}/f{i}/sub/y.txt" in deleted for i in range(3))
+    finally:
+        emu.config(change_feed="varied")
+
+
+def test_a_folder_moved_away_is_sometimes_reported_without_its_contents(dbx, base):
+    """A move is a delete plus an add: the old place follows the rule of a delete (above); the
+    new place is reported whole (nothing else tells the client what is there)."""
+    changes, lower = removed_folders_feed(dbx, base, lambda p: dbx.files_move_v2(p, p + "-moved"))
+    deleted = {e.path_lower for e in changes if isinstance(e, files.DeletedMetadata)}
+    live = {e.path_lower for e in changes if not isinstance(e, files.DeletedMetadata)}
+    assert all(f"{lower}/f{i}" in deleted for i in range(20))
+    assert all({f"{lower}/f{i}-moved", f"{lower}/f{i}-moved/x.txt", f"{lower}/f{i}-moved/sub/y.txt"} <= live
+               for i in range(20))
+    assert 0 < sum(f"{lower}/f{i}/sub/y.txt" in deleted for i in range(20)) < 20
+
+
+def state_of(entries, lower):
+    """{path below `lower`: rev (a file) or None (a folder)} of a listing's entries."""
+    return {e.path_lower: getattr(e, "rev", None) for e in entries
+            if not isinstance(e, files.DeletedMetadata) and e.path_lower.startswith(lower + "/")}
+
+
+def apply_feed(state, changes):
+    """Applies changes in order as files.stone's list_folder says a client keeps its state: a file
+    replaces what is at its path and that thing's children; a folder replaces a file; a
+    DeletedMetadata removes the path "and all its children"."""
+    for e in changes:
+        p = e.path_lower
+        below = [q for q in state if q.startswith(p + "/")]
+        if isinstance(e, files.DeletedMetadata):
+            for q in below + ([p] if p in state else []):
+                del state[q]
+        elif isinstance(e, files.FileMetadata):
+            for q in below:
+                del state[q]
+            state[p] = e.rev
+        else:
+            state[p] = None
+    return state
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_applying_the_changes_in_order_gives_the_tree(dbx, emu, base, seed):
+    """Whatever the feed leaves out (a removed folder's contents) or adds, a client that applies it
+    in order as files.stone says ends with Dropbox's tree."""
+    emu.config(listing_seed=seed)
+    lower = base.lower()
+    for name in ("a", "b", "c", "d"):
+        dbx.files_upload(b"1", f"{base}/{name}/x.txt")
+        dbx.files_upload(b"2", f"{base}/{name}/sub/y.txt")
+    first = dbx.files_list_folder(base, recursive=True, limit=3)
+    state = state_of(all_entries(dbx, first), lower)
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True, limit=3))
+    dbx.files_delete_v2(base + "/a")
+    dbx.files_create_folder_v2(base + "/a")                 # made again, empty
+    dbx.files_delete_v2(base + "/b")
+    dbx.files_upload(b"new", base + "/b/sub/z.txt")          # made again by a file deep in it
+    dbx.files_move_v2(base + "/c", base + "/c2")
+    dbx.files_move_v2(base + "/c2/sub", base + "/c")         # its sub-folder back at the old name
+    dbx.files_delete_v2(base + "/d")
+    dbx.files_upload(b"file now", base + "/d")               # a file where the folder was
+    apply_feed(state, all_changes(dbx, cursor)[0])
+    assert state == state_of(all_entries(dbx, dbx.files_list_folder(base, recursive=True)), lower)
+
+
+def test_a_path_deleted_and_made_again_is_sometimes_reported_twice_in_order(dbx, emu, base):
+    """Dropbox "will sometimes report multiple changes per path" (samschott/maestral sync.py,
+    _clean_remote_changes): the deletion, then the new entry, in the order a client must apply."""
+    emu.config(listing_seed=11)
+    lower = base.lower()
+    for i in range(20):
+        dbx.files_upload(b"old", f"{base}/p{i}.txt")
+        dbx.files_upload(b"old", f"{base}/d{i}/x.txt")
+    cursor = end_cursor(dbx, dbx.files_list_folder(base, recursive=True, limit=4))
+    for i in range(20):
+        dbx.files_delete_v2(f"{base}/p{i}.txt")
+        dbx.files_upload(b"new", f"{base}/p{i}.txt")
+        dbx.files_delete_v2(f"{base}/d{i}")
+        dbx.files_create_folder_v2(f"{base}/d{i}")
+    changes = all_changes(dbx, cursor)[0]
+    kinds = {}
+    for e in changes:
+        kinds.setdefault(e.path_lower, []).append(type(e).__name__)
+    twice = [p for p in kinds if len(kinds[p]) == 2]
+    assert all(kinds[p] == ["DeletedMetadata", "FileMetadata"] for p in twice if p.endswith(".txt"))
+    assert all(kinds[p] == ["DeletedMetadata", "FolderMetadata"] for p in twice if not p.endswith(".txt"))
+    assert all(len(k) <= 2 for k in kinds.values())
+    files_twice = sum(f"{lower}/p{i}.txt" in twice for i in range(20))
+    folders_twice = sum(f"{lower}/d{i}" in twice for i in range(20))
+    assert 0 < files_twice < 20 and 0 < folders_twice < 20
+    # A deleted path made again is not a deleted path in an include_deleted listing.
+    listing = all_entries(dbx, dbx.files_list_folder(base, include_deleted=True))
+    assert not any(isinstance(e, files.DeletedMetadata) and e.name.startswith(("p", "d")) for e in listing)
+
+
+def test_finish_content_hash_covers_only_its_own_body(dbx, base):
+    """files.stone UploadSessionFinishArg.content_hash: "A hash of the file content uploaded in
+    this call. If provided and the uploaded content does not match this hash, an error will be
+    returned." A finish with no body uploads nothing: the whole file's hash does not match."""
+    data = b"closed before finish"
+    for session_type in (files.UploadSessionType.sequential, files.UploadSessionType.concurrent):
+        concurrent = session_type.is_concurrent()
+        start = dbx.files_upload_session_start(b"" if concurrent else data, close=not concurrent,
+                                               session_type=session_type)
+        if concurrent:
+            dbx.files_upload_session_append_v2(data, UploadSessionCursor(start.session_id, 0), close=True)
+        cursor = UploadSessionCursor(start.session_id, len(data))
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_finish(b"", cursor, CommitInfo(base + "/f.txt"), content_hash=dropbox_hash(data))
+        assert exc.value.error.is_content_hash_mismatch()
+        md = dbx.files_upload_session_finish(b"", cursor, CommitInfo(base + "/f.txt", mode=WriteMode.overwrite),
+                                             content_hash=dropbox_hash(b""))
+        assert md.content_hash == dropbox_hash(data)
+
+
+def test_upload_sessions_expire(dbx, emu, base):
+    """files.stone upload_session/start: "An upload session can be used for a maximum of 7 days",
+    then `not_found` (UploadSessionLookupError: "not found or has expired"). The emulator's 7
+    days are `upload_session_ttl` seconds."""
+    emu.config(upload_session_ttl=1)
+    try:
+        start = dbx.files_upload_session_start(b"abc")
+        other = dbx.files_upload_session_start(b"abc", close=True)
+        time.sleep(1.2)
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_append_v2(b"d", UploadSessionCursor(start.session_id, 3))
+        assert exc.value.error.is_not_found()
+        with pytest.raises(ApiError) as exc:
+            dbx.files_upload_session_finish(b"", UploadSessionCursor(other.session_id, 3), CommitInfo(base + "/x"))
+        assert exc.value.error.is_lookup_failed() and exc.value.error.get_lookup_failed().is_not_found()
+    finally:
+        emu.config(upload_session_ttl=None)
+    assert emu.config()["upload_session_ttl"] == 7 * 24 * 3600
+
+
+def test_a_longpoll_without_changes_outlasts_its_timeout(dbx, emu, base):
+    """files.stone ListFolderLongpollArg.timeout: the request blocks "at most this length of
+    time, plus up to 90 seconds of random jitter" (dropbox/dropbox-sdk-python dropbox_client.py:
+    "The server will respond after <timeout> + random(0, 90) seconds"). A client whose read
+    timeout is the longpoll's own fails on Dropbox. Takes 30 s (the shortest timeout there is);
+    the jitter is 0..4 s here (`longpoll_jitter`), so four polls are all under 30.3 s once in
+    30,000 runs."""
+    emu.config(longpoll_max_wait=0, longpoll_jitter=4)
+    cursor = dbx.files_list_folder_get_latest_cursor(base).cursor
+    waited = []
+
+    def poll():
+        conn = tls_connection(emu)
+        conn.timeout = 60
+        started = time.monotonic()
+        conn.request("POST", "/notify/2/files/list_folder/longpoll", body=json.dumps({"cursor": cursor, "timeout": 30}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["changes"] is False
+        waited.append(time.monotonic() - started)
+
+    try:
+        polls = [threading.Thread(target=poll) for _ in range(4)]
+        for t in polls:
+            t.start()
+        for t in polls:
+            t.join(60)
+    finally:
+        emu.config(longpoll_jitter=None)
+    assert len(waited) == 4 and min(waited) >= 29.9 and max(waited) > 30.3, waited
+
+
+def test_identical_listings_at_once_are_refused(dbx, emu, base):
+    """files.stone list_folder: "auth.RateLimitError may be returned if multiple list_folder or
+    list_folder/continue calls with same parameters are made simultaneously by same API app for
+    same user"; the emulator always refuses one that arrives while an identical one is served
+    (from its arrival, latency included, until its answer is ready)."""
+    dbx.files_upload(b"x", base + "/x.txt")
+    cursor = dbx.files_list_folder(base).cursor
+    emu.reset_stats()
+    headers = {"Authorization": "Bearer " + emu.token, "Content-Type": "application/json"}
+
+    def call(route, arg, answers):
+        conn = tls_connection(emu)
+        conn.request("POST", "/api/2/" + route, body=json.dumps(arg), headers=headers)
+        resp = conn.getresponse()
+        answers.append((resp.status, json.loads(resp.read())))
+        conn.close()
+
+    emu.config(latency_ms=1500)
+    try:
+        for route, arg, other in (("files/list_folder", {"path": base}, {"path": base, "limit": 5}),
+                                  ("files/list_folder/continue", {"cursor": cursor}, None)):
+            first, same, different = [], [], []
+            thread = threading.Thread(target=call, args=(route, arg, first))
+            thread.start()
+            time.sleep(0.5)
+            call(route, arg, same)
+            if other:
+                call(route, other, different)
+            thread.join(30)
+            assert first[0][0] == 200 and all(status == 200 for status, _ in different)
+            assert same[0][0] == 429 and same[0][1]["error"]["reason"][".tag"] == "too_many_requests"
+            again = []
+            call(route, arg, again)   # once the first is answered
+            assert again[0][0] == 200
+    finally:
+        emu.config(latency_ms=0)
+    assert emu.stats()["faults"]["identical_listing"] == 2
+    emu.config(refuse_identical_listings=0, latency_ms=1500)
+    try:
+        first, same = [], []
+        thread = threading.Thread(target=call, args=("files/list_folder", {"path": base}, first))
+        thread.start()
+        time.sleep(0.5)
+        call("files/list_folder", {"path": base}, same)
+        thread.join(30)
+        assert first[0][0] == 200 and same[0][0] == 200
+    finally:
+        emu.config(refuse_identical_listings=1, latency_ms=0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_deletion_keeps_its_place_among_entries_above_and_below_it(dbx, emu, base, seed):
+    """A folder moved away and back (a case-only rename through a temporary name, as clients
+    do): every deletion under it comes before the folder's entry, as in the change log. A
+    shuffled page that put one after would delete a file the client was told came back."""
+    emu.config(listing_seed=seed)
+    dbx.files_upload(b"jpeg", base + "/photos/2024/a.jpg")
+    cursor = dbx.files_list_folder_get_latest_cursor(base, recursive=True).cursor
+    dbx.files_move_v2(base + "/photos", base + "/.photos.tmp")
+    dbx.files_move_v2(base + "/.photos.tmp", base + "/Photos")
+    changes = all_changes(dbx, cursor)[0]
+    lower = base.lower() + "/photos"
+    back = [i for i, e in enumerate(changes) if e.path_lower == lower and not isinstance(e, files.DeletedMetadata)]
+    late = [e.path_lower for e in changes[back[0]:]
+            if isinstance(e, files.DeletedMetadata) and e.path_lower.startswith(lower + "/")]
+    assert late == []

@@ -12,7 +12,9 @@ import secrets
 from collections import namedtuple
 
 from . import routes_account, routes_batches, routes_export, routes_files, routes_sharing, routes_upload_sessions
+from .change_feed import ChangeFeed
 from .contention import Contention
+from .listing_overlap import ListingOverlap
 from .path_states import PathStates
 from .errors import RouteError
 from .faults import RateLimiter, Settings, Stats, WriteGate
@@ -39,13 +41,15 @@ class App:
         self.exports = self.store.exports = ExportOnlyFiles(self.store)
         self.account = self.store.account = Account(self.store, team_space)
         self.settings = Settings(settings)
+        self.store.feed = ChangeFeed(self.settings)
         self.stats = Stats()
         self.tokens = TokenRegistry(self.store, self.settings, static_tokens, app_key)
         self.rate_limiter = RateLimiter(self.settings)
         self.write_gate = WriteGate(self.settings)
         self.contention = Contention(self.settings, self.stats)
+        self.listing_overlap = ListingOverlap(self.settings, self.stats)
         self.path_states = PathStates()
-        self.sessions = routes_upload_sessions.SessionStore(self.store)
+        self.sessions = routes_upload_sessions.SessionStore(self.store, self.settings)
         with self.store.lock:
             self.store.db.execute(JOBS_SCHEMA)
             self.store.db.execute(routes_sharing.SCHEMA)

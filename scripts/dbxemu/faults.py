@@ -22,17 +22,21 @@ DEFAULTS = {
     "quota": 0,              # account size in bytes (0: 2 TiB)
     "longpoll_max_wait": 0,  # cap on how long longpoll really waits, for fast tests (0: no cap)
     "longpoll_backoff": 0,   # if set, every longpoll answer carries this `backoff`
+    "longpoll_jitter": 90,   # a longpoll without changes waits its timeout plus 0..this many s
     # Real-Dropbox strictness (contention.py, listing_order.py, listing_pages.py; docs/EMULATOR.md "Stricter than kind")
     "retry_after": 1,                # seconds every 429 asks for (RateLimitError.retry_after)
     "write_contention_rate": 0.0,    # probability that a write commit meets too_many_write_operations
     "write_contention_next": 0,      # the next N write commits (or batch entries) meet it, for tests
     "write_contention_form": "mixed",  # how it is answered: see contention.FORMS
     "serialize_batch_commits": 1,    # a finish_batch overlapping another gets too_many_write_operations
+    "refuse_identical_listings": 1,  # a listing identical to one being served gets 429 (listing_overlap.py)
     "listing_order": "shuffled",     # "shuffled" (children may come before parents) or "path"
     "listing_seed": 0,               # seed of the shuffle (main.py picks a random one when unset)
     "listing_pages": "uneven",       # "uneven" (pages over limit, empty ones with has_more) or "exact"
+    "change_feed": "varied",         # "varied" (removed folders, paths made again: change_feed.py) or "each"
     "move_limit": 10000,             # move/copy of more entries than this: too_many_files
     "batch_async_over": 10,          # create_folder_batch/move_batch_v2 of more entries: an async job
+    "upload_session_ttl": 7 * 24 * 3600,  # seconds an upload session lives, then not_found (Dropbox: 7 days)
     "fail_next": 0,                  # the next N API requests fail like fail_rate (deterministic)
     "fail_status": 500,              # the status of those failures (500, 502, 503, 504...)
     "fail_body": "text",             # their body: plain text, an HTML page, or empty
@@ -40,13 +44,14 @@ DEFAULTS = {
     "deny_form": "missing_scope",    # ...with 401 missing_scope or 403 no_permission
 }
 FLOAT_KEYS = {"fail_rate", "reset_rate", "latency_ms", "rate_limit", "longpoll_max_wait", "token_ttl",
-              "write_contention_rate"}
+              "write_contention_rate", "upload_session_ttl", "longpoll_jitter"}
 PROBABILITY_KEYS = {"fail_rate", "reset_rate", "write_contention_rate"}
 # Settings whose value is one of a few words.
 CHOICE_KEYS = {
     "write_contention_form": ("mixed", "429", "429_header_only", "409", "batch_entry"),
     "listing_order": ("shuffled", "path"),
     "listing_pages": ("uneven", "exact"),
+    "change_feed": ("varied", "each"),
     "fail_body": ("text", "html", "empty"),
     "deny_form": ("missing_scope", "forbidden"),
 }
@@ -112,7 +117,8 @@ class Stats:
             self._preflights = 0   # OPTIONS requests: not API calls, so not in "requests"
             self._connections = 0  # connections that carried an API or OPTIONS request
             self._faults = Counter({"fail": 0, "reset": 0, "rate_limited": 0, "write_limited": 0, "expired": 0,
-                                    "write_contention": 0, "batch_overlap": 0, "denied": 0})
+                                    "write_contention": 0, "batch_overlap": 0, "denied": 0,
+                                    "identical_listing": 0})
 
     def count_request(self, route):
         with self._lock:

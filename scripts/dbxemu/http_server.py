@@ -24,10 +24,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import account_seed, hosts, namespaces
+from . import account_seed, hosts, listing_overlap, namespaces
 from .app import ROUTES
 from .errors import ApiError, AuthFailure, BadRequest, RateLimited, RouteError
 from .faults import Throttle
+from .listing_overlap import ReadBody
 from .paths import lower, nfc
 
 IO_CHUNK = 4 * 1024 * 1024
@@ -344,6 +345,12 @@ class Handler(BaseHTTPRequestHandler):
             # A batch commit counts from its arrival (its latency included), so two batches sent
             # at once overlap as they would on Dropbox, which commits one at a time per namespace.
             in_batch_commit = app.contention.enter_batch_commit(route_name)
+            # So does a listing, until its answer is ready: an identical one is refused meanwhile
+            # (listing_overlap.py). Its arguments are read now for that.
+            if route_name in listing_overlap.ROUTES:
+                body = ReadBody(body.read_all(MAX_RPC_BODY))
+                self.listing_served = app.listing_overlap.arrive(
+                    route_name, body.raw, self.headers.get("Authorization"), self.headers.get("Dropbox-API-Path-Root"))
         except ApiError as err:
             body.drain()
             self.send_error_for(err, route_name)
@@ -351,8 +358,15 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.handle_api_call(route_name, route, query, body)
         finally:
+            self.listing_answered()
             if in_batch_commit:
                 app.contention.leave_batch_commit()
+
+    listing_served = None   # the key of the listing this connection is serving (listing_overlap.py)
+
+    def listing_answered(self):
+        self.server.app.listing_overlap.leave(self.listing_served)
+        self.listing_served = None
 
     def handle_api_call(self, route_name, route, query, body):
         app = self.server.app
@@ -402,9 +416,11 @@ class Handler(BaseHTTPRequestHandler):
             finally:
                 # The commit is over once the route returns: free the gate before answering, so a
                 # client that reacts to the answer at once is not refused by its own finished write.
+                # The same for a listing and the next identical one.
                 if entered_gate:
                     app.write_gate.leave()
                     entered_gate = False
+                self.listing_answered()
             if route.style == "download":
                 self.send_download(result, reset)
             else:

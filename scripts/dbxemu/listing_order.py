@@ -8,8 +8,16 @@ With `listing_order` "shuffled" (the default) the emulator does that on purpose,
 - the entries of every page (listing or changes) are shuffled with a generator seeded from
   `listing_seed` and the page's position, so the same seed gives the same pages.
 A cursor keeps the order it was started with. "path" gives the old order: parents first, by path.
+
+A page of changes is applied in order (files.stone, list_folder: "iterate through each entry in
+order"), so its shuffle keeps the order of the change log between a deletion and any entry at,
+above or below its path: a path deleted and made again (change_feed.py) comes back after its
+deletion, and a deletion within a folder stays before the folder's own entry when it was made
+again. Any other two entries touch unrelated paths, or are the latest states of a folder and
+of something in it, and any order of those gives the same tree.
 """
 
+import heapq
 import random
 
 
@@ -31,3 +39,41 @@ def arrange(entries, cursor):
     rng = random.Random(f"{cursor.order}:{cursor.phase}:{cursor.after}:{cursor.position}")
     rng.shuffle(entries)
     return entries
+
+
+def arrange_changes(changes, cursor):
+    """Shuffles a page of changes, (seq, kind, row) in seq order, like `arrange`, then puts back in
+    seq order every pair of a deletion and an entry at, above or below its path, with the fewest
+    moves (a topological sort that takes the shuffled order wherever it can)."""
+    order = arrange(list(range(len(changes))), cursor)
+    if not any(kind == "deleted" for _, kind, _ in changes):
+        return [changes[i] for i in order]
+    at_path = {}
+    for i, (_, _, row) in enumerate(changes):
+        at_path.setdefault(row["path_lower"], []).append(i)
+    pairs = set()
+    for i, (_, kind, row) in enumerate(changes):
+        path = row["path_lower"]
+        while path:
+            for j in at_path.get(path, ()):
+                # i at or below j's path: ordered if either one is a deletion.
+                if j != i and (kind == "deleted" or changes[j][1] == "deleted"):
+                    pairs.add((min(i, j), max(i, j)))   # indexes are in seq order
+            path = path.rsplit("/", 1)[0]
+    followers = {i: [] for i in range(len(changes))}
+    waiting = [0] * len(changes)
+    for earlier, later in pairs:
+        followers[earlier].append(later)
+        waiting[later] += 1
+    rank = {i: position for position, i in enumerate(order)}
+    ready = [(rank[i], i) for i in range(len(changes)) if not waiting[i]]
+    heapq.heapify(ready)
+    arranged = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        arranged.append(changes[i])
+        for j in followers[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (rank[j], j))
+    return arranged

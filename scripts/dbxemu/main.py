@@ -50,11 +50,16 @@ def parse_args(argv):
     p.add_argument("--write-contention-form", default="mixed", choices=CHOICE_KEYS["write_contention_form"])
     p.add_argument("--allow-concurrent-batch-commits", action="store_true",
                    help="do not refuse a finish_batch that overlaps another (Dropbox does)")
+    p.add_argument("--allow-identical-listings", action="store_true",
+                   help="do not refuse a listing identical to one being served (Dropbox may)")
     p.add_argument("--listing-order", default="shuffled", choices=CHOICE_KEYS["listing_order"],
                    help="shuffled (children may come before parents, as on Dropbox) or path (parents first)")
     p.add_argument("--listing-seed", type=int, help="seed of the shuffled order (default: random, printed)")
     p.add_argument("--listing-pages", default="uneven", choices=CHOICE_KEYS["listing_pages"],
                    help="uneven (pages over the limit and empty ones with has_more, as on Dropbox) or exact")
+    p.add_argument("--change-feed", default="varied", choices=CHOICE_KEYS["change_feed"],
+                   help="varied (a removed folder sometimes reported alone, a path made again sometimes "
+                        "reported twice, as on Dropbox) or each")
     p.add_argument("--move-limit", type=int, default=10000,
                    help="entries a move, copy or delete may involve before too_many_files")
     p.add_argument("--app-key", help="the only accepted OAuth client_id (default: any)")
@@ -126,7 +131,9 @@ def main(argv=None):
                 "retry_after": args.retry_after, "write_contention_rate": args.write_contention_rate,
                 "write_contention_form": args.write_contention_form,
                 "serialize_batch_commits": 0 if args.allow_concurrent_batch_commits else 1,
-                "listing_order": args.listing_order, "listing_pages": args.listing_pages, "move_limit": args.move_limit,
+                "refuse_identical_listings": 0 if args.allow_identical_listings else 1,
+                "listing_order": args.listing_order, "listing_pages": args.listing_pages,
+                "change_feed": args.change_feed, "move_limit": args.move_limit,
                 "listing_seed": args.listing_seed if args.listing_seed is not None else random.randrange(1 << 31)}
     if args.listing_order == "shuffled" and args.listing_seed is None:
         print(f"dbx-emulator: listing order shuffled with --listing-seed {settings['listing_seed']}", file=sys.stderr)

@@ -8,6 +8,7 @@ Every route function takes a `Call` (see http_server) and returns the JSON resul
 import errno
 import os
 import queue
+import random
 import threading
 import time
 
@@ -253,8 +254,8 @@ def _listing_page(store, cursor, view):
         else:
             has_more = len(rows) > limit
             changed = rows[:limit]
-            entries = listing_order.arrange(
-                [metadata(r) if kind == "live" else deleted_metadata(r) for _, kind, r in changed if not outside(r)], cursor)
+            entries = [metadata(r) if kind == "live" else deleted_metadata(r)
+                       for _, kind, r in listing_order.arrange_changes([c for c in changed if not outside(c[2])], cursor)]
             nxt = cursor.copy(position=changed[-1][0]) if changed else cursor
         return {"entries": entries, "cursor": cursors.encode(nxt, store.secret), "has_more": has_more}
 
@@ -310,8 +311,12 @@ def longpoll(call):
     if not 30 <= timeout <= 480:
         raise BadRequest(f"request body: timeout: {timeout} is not within range [30, 480]")
     cursor = cursors.decode(get_field(arg, "cursor", str, required=True), store.secret, store.epoch)
+    # files.stone ListFolderLongpollArg.timeout: the request blocks for "at most this length of
+    # time, plus up to 90 seconds of random jitter"; the Python SDK: "The server will respond
+    # after <timeout> + random(0, 90) seconds". `longpoll_max_wait` (for fast tests) caps it all.
+    wait = timeout + random.uniform(0, call.app.settings["longpoll_jitter"])
     cap = call.app.settings["longpoll_max_wait"]
-    deadline = time.monotonic() + (min(timeout, cap) if cap else timeout)
+    deadline = time.monotonic() + (min(wait, cap) if cap else wait)
     changes = cursor.phase != CHANGES
     while not changes:
         with store.changed:

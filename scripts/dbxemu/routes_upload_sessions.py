@@ -34,8 +34,9 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS upload_sessions (
 class SessionStore:
     """Upload session records (sqlite) plus per-session locks and in-memory hashers."""
 
-    def __init__(self, store):
+    def __init__(self, store, settings):
         self.store = store
+        self.settings = settings
         with store.lock:
             store.db.execute(SCHEMA)
         self._lock = threading.Lock()
@@ -55,9 +56,18 @@ class SessionStore:
         return session_id
 
     def get(self, session_id):
+        """The session's record, or None: unknown, or expired. files.stone upload_session/start:
+        "An upload session can be used for a maximum of 7 days", after which its routes answer
+        not_found (`upload_session_ttl`, 7 days by default)."""
         with self.store.lock:
             row = self.store.db.execute("SELECT * FROM upload_sessions WHERE id = ?", (session_id,)).fetchone()
-        return dict(row) if row else None
+        if row is None:
+            return None
+        ttl = self.settings["upload_session_ttl"]
+        if ttl and time.time() - row["created"] > ttl:
+            self.remove(session_id)
+            return None
+        return dict(row)
 
     def update(self, session_id, **fields):
         with self.store.write() as db:
@@ -67,6 +77,10 @@ class SessionStore:
     def remove(self, session_id):
         with self.store.write() as db:
             db.execute("DELETE FROM upload_sessions WHERE id = ?", (session_id,))
+        try:
+            os.unlink(self.path(session_id))
+        except FileNotFoundError:
+            pass
         with self._lock:
             self._hashers.pop(session_id, None)
             self._block_digests.pop(session_id, None)
@@ -252,11 +266,16 @@ def finish_one(call, entry, with_body):
     sess = sessions.get(session_id)
     if sess is None:
         raise lookup_failed({".tag": "not_found"})
+    # files.stone UploadSessionFinishArg.content_hash: "A hash of the file content uploaded in this
+    # call". A finish that sends no data (a closed or concurrent session) uploads nothing, so only
+    # the empty content's hash matches, never the whole file's.
+    empty_body_hash = with_body and entry.get("content_hash") is not None and not call.body.length
     if sess["type"] == "sequential":
         if with_body and sess["closed"] and call.body.length:
             raise lookup_failed({".tag": "closed"})
         if with_body and not sess["closed"]:
             append_data(call, session_id, offset, True, lookup_failed, entry.get("content_hash"))
+            empty_body_hash = False
         elif not sess["closed"]:
             raise lookup_failed({".tag": "not_closed"})
         elif offset != sess["offset"]:
@@ -278,6 +297,8 @@ def finish_one(call, entry, with_body):
         if covered < size:
             raise RouteError({".tag": "concurrent_session_missing_data"})
         content_hash = None
+    if empty_body_hash:
+        verify_hash(entry, ContentHasher())
     data_path = sessions.path(session_id)
     with sessions.lock_for(session_id):
         with open(data_path, "r+b") as f:

@@ -11,7 +11,10 @@ Layout under --data:
 
 Every change bumps a global sequence number `seq`; each live entry and each tombstone records
 the seq of its last change. That is the whole change log: a cursor remembers a seq, and
-`continue` asks for rows with a larger one. Listing pages are keyset queries on path_lower
+`continue` asks for rows with a larger one. What a feed shows is Dropbox's, not every row
+(change_feed.py): a tombstone `implied` by its removed folder's is left out of recursive feeds,
+and a deleted path made again may keep its tombstone, older than its live row, so the feed shows
+both. Listing pages are keyset queries on path_lower
 (parents sort before their children), so a 1,000,000-entry namespace costs nothing to page.
 
 One RLock serialises metadata access (sqlite work is short); file data moves outside it.
@@ -130,10 +133,12 @@ def present(md, row):
 
 class Store:
     # Set by App: the account's namespaces (namespaces.Account), its shared folders
-    # (shares.Shares) and its export-only files (routes_export.ExportOnlyFiles).
+    # (shares.Shares), its export-only files (routes_export.ExportOnlyFiles) and what the change
+    # feed shows of a removed folder (change_feed.ChangeFeed).
     account = None
     shares = None
     exports = None
+    feed = None
 
     def __init__(self, data_dir):
         self.data_dir = os.path.abspath(data_dir)
@@ -167,11 +172,12 @@ class Store:
 
     def _add_tombstone_columns(self):
         """Data directories made before list_revisions have tombstones without the deletion time
-        (ListRevisionsResult.server_deleted) and the rev of the deleted file."""
+        (ListRevisionsResult.server_deleted) and the rev of the deleted file; those made before
+        change_feed.py, without `implied` (a removal reported only by its folder's)."""
         have = {row[1] for row in self.db.execute("PRAGMA table_info(tombstones)")}
-        for column in ("server_deleted", "rev"):
+        for column, kind in (("server_deleted", "TEXT"), ("rev", "TEXT"), ("implied", "INTEGER NOT NULL DEFAULT 0")):
             if column not in have:
-                self.db.execute(f"ALTER TABLE tombstones ADD COLUMN {column} TEXT")
+                self.db.execute(f"ALTER TABLE tombstones ADD COLUMN {column} {kind}")
 
     # ----- meta key/value -----
     def meta_get(self, key, default=None):
@@ -369,6 +375,9 @@ class Store:
         or, `descending`, in reverse path order (path_lower < after; "" starts at the end)."""
         where, params = self._scope(path_lower, recursive)
         cols = ENTRY_COLUMNS if table == "entries" else "*"
+        if table == "tombstones":
+            # A deletion kept in the feed for a path made again (change_feed.py) is not a deleted path.
+            where += " AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.path_lower = tombstones.path_lower)"
         if not descending:
             return self.db.execute(
                 f"SELECT {cols} FROM {table} WHERE {where} AND path_lower > ? ORDER BY path_lower LIMIT ?",
@@ -384,24 +393,33 @@ class Store:
         changes since a cursor are usually few, while a subtree may hold a million entries."""
         return f"{table} INDEXED BY {table}_seq" if recursive else table
 
+    @classmethod
+    def _feed_scope(cls, table, path_lower, recursive):
+        """The rows of `table` a change feed of this scope reports. A recursive scope leaves out a
+        tombstone whose removal its folder's entry implies (change_feed.py), unless it is the
+        scope's own folder (its parent's entry is outside the scope)."""
+        where, params = cls._scope(path_lower, recursive)
+        if table == "tombstones" and recursive:
+            return f"{where} AND (implied = 0 OR path_lower = ?)", params + (path_lower,)
+        return where, params
+
     def changed_rows(self, path_lower, recursive, since_seq, limit):
         """(seq, kind, row) for entries and tombstones in scope changed after since_seq, in seq order."""
-        where, params = self._scope(path_lower, recursive)
-        live = self.db.execute(
-            f"SELECT {ENTRY_COLUMNS} FROM {self._by_seq('entries', recursive)} WHERE seq > ? AND {where} "
-            "ORDER BY seq LIMIT ?", (since_seq,) + params + (limit,)).fetchall()
-        gone = self.db.execute(
-            f"SELECT * FROM {self._by_seq('tombstones', recursive)} WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
-            (since_seq,) + params + (limit,)).fetchall()
-        merged = [(r["seq"], "live", r) for r in live] + [(r["seq"], "deleted", r) for r in gone]
+        merged = []
+        for table, kind, cols in (("entries", "live", ENTRY_COLUMNS), ("tombstones", "deleted", "*")):
+            where, params = self._feed_scope(table, path_lower, recursive)
+            rows = self.db.execute(
+                f"SELECT {cols} FROM {self._by_seq(table, recursive)} WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
+                (since_seq,) + params + (limit,)).fetchall()
+            merged += [(r["seq"], kind, r) for r in rows]
         merged.sort(key=lambda item: item[0])
         return merged[:limit]
 
     def has_changes(self, path_lower, recursive, since_seq):
         if self.seq <= since_seq:
             return False
-        where, params = self._scope(path_lower, recursive)
         for table in ("entries", "tombstones"):
+            where, params = self._feed_scope(table, path_lower, recursive)
             if self.db.execute(f"SELECT 1 FROM {self._by_seq(table, recursive)} WHERE seq > ? AND {where} LIMIT 1",
                                (since_seq,) + params).fetchone():
                 return True
@@ -411,17 +429,35 @@ class Store:
     def _insert_entry(self, **fields):
         fields["seq"] = self.next_seq()
         fields["parent_lower"] = paths.parent_of(fields["path_lower"])
-        self.db.execute("DELETE FROM tombstones WHERE path_lower = ?", (fields["path_lower"],))
+        self._forget_tombstone(fields["path_lower"])
         cols = ", ".join(fields)
         self.db.execute(f"INSERT INTO entries ({cols}) VALUES ({', '.join('?' * len(fields))})",
                         tuple(fields.values()))
         return self.get(fields["path_lower"])
 
-    def _tombstone(self, row):
+    def _tombstone(self, row, implied=False):
+        """Records the removal of `row`; `implied`: reported only by its folder's (change_feed.py)."""
         self.db.execute("INSERT OR REPLACE INTO tombstones (path_lower, parent_lower, path_display, seq, "
-                        "server_deleted, rev) VALUES (?, ?, ?, ?, ?, ?)",
+                        "server_deleted, rev, implied) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (row["path_lower"], row["parent_lower"], row["path_display"], self.next_seq(),
-                         now_timestamp(), None if row["is_folder"] else row["rev"]))
+                         now_timestamp(), None if row["is_folder"] else row["rev"], int(implied)))
+
+    def _forget_tombstone(self, path_lower):
+        """A path made again leaves its deletion out of the feed, or sometimes keeps it there,
+        reported before the new entry (change_feed.py). A deletion left out no longer stands for
+        those it implied: they then report themselves, or a cursor from before would see the
+        path come back and never learn that what was in it is gone."""
+        tomb = self.tombstone(path_lower)
+        if tomb is None or (self.feed is not None and self.feed.keeps_deletion(path_lower, tomb["seq"])):
+            return
+        if self.db.execute("DELETE FROM tombstones WHERE path_lower = ?", (path_lower,)).rowcount:
+            self.db.execute("UPDATE tombstones SET implied = 0 WHERE implied = 1 AND path_lower > ? AND path_lower < ?",
+                            (path_lower + "/", path_lower + "0"))
+
+    def _reports_descendants(self, top):
+        """Whether the removal of `top` (a delete, or a move away) reports each of its
+        descendants too, or only `top` (change_feed.py)."""
+        return self.feed is None or not top["is_folder"] or self.feed.reports_descendants(top["path_lower"], self.seq)
 
     def _record_revision(self, row):
         self.db.execute("INSERT INTO revisions (rev, id, path_lower, path_display, size, content_hash, "
@@ -601,8 +637,9 @@ class Store:
         """Deletes a file or a whole folder tree; every removed path gets a tombstone."""
         with self.write():
             rows = self.subtree(row)
+            each = self._reports_descendants(row)
             for r in rows:
-                self._tombstone(r)
+                self._tombstone(r, implied=not each and r is not rows[0])
                 if not r["is_folder"]:
                     self.used_bytes -= r["size"]
             self.db.executemany("DELETE FROM entries WHERE id = ?", [(r["id"],) for r in rows])
@@ -675,6 +712,7 @@ class Store:
             new_top_display = parent_display + "/" + name_of(dst_display)
             depth = src_lower.count("/")
             now = now_timestamp()
+            each = copy or self._reports_descendants(src)
             for r in rows:
                 tail_lower = "".join("/" + p for p in r["path_lower"].split("/")[depth + 1:])
                 tail_display = "".join("/" + p for p in r["path_display"].split("/")[depth + 1:])
@@ -692,8 +730,8 @@ class Store:
                         self._record_revision(new_row)
                 else:
                     if not case_only:
-                        self._tombstone(r)
-                    self.db.execute("DELETE FROM tombstones WHERE path_lower = ?", (new_lower,))
+                        self._tombstone(r, implied=not each and r is not rows[0])
+                    self._forget_tombstone(new_lower)
                     self.db.execute("UPDATE entries SET path_lower = ?, parent_lower = ?, path_display = ?, seq = ? "
                                     "WHERE id = ?", (new_lower, paths.parent_of(new_lower), new_display,
                                                      self.next_seq(), r["id"]))
