@@ -35,10 +35,9 @@ final class StagingBackPressure: Sendable {
     /// Chunk bytes Dropbox confirmed for streams of files still being written (`bytesSent` counts
     /// the uploads after close only).
     let streamedBytes = Atomic<UInt64>(0)
-    /// Writes that waited, and for how long in all; writes waiting now (`dbxfs status`).
+    /// Writes that waited (tests), and writes waiting now (`dbxfs status`).
     let waits = Atomic<UInt64>(0)
     let waitingNow = Atomic<Int>(0)
-    let waitedNanoseconds = Atomic<UInt64>(0)
 }
 
 extension WriteBackEngine {
@@ -82,20 +81,18 @@ extension WriteBackEngine {
 
     /// Called by a write through the daemon before it writes, holding no lock: returns at once
     /// while the staging area is within `budget`, else waits as the top of this file says.
-    /// Returns the seconds it waited.
-    @discardableResult
-    public func waitForStagingRoom(budget: UInt64, stallLimit: Double) -> Double {
+    public func waitForStagingRoom(budget: UInt64, stallLimit: Double) {
         let now = DispatchTime.now().uptimeNanoseconds
-        guard now >= backPressure.nextLook.load(ordering: .relaxed) else { return 0 }
+        guard now >= backPressure.nextLook.load(ordering: .relaxed) else { return }
         backPressure.nextLook.store(now + StagingBackPressure.lookInterval, ordering: .relaxed)
         let stalled = backPressure.stalledAt.load(ordering: .relaxed)
         if stalled != .max {
-            guard uploadProgress != stalled else { return 0 }
+            guard uploadProgress != stalled else { return }
             backPressure.stalledAt.store(.max, ordering: .relaxed)
         }
 
         condition.lock(); defer { condition.unlock() }
-        guard let first = loadToWaitFor(budget: budget) else { return 0 }
+        guard let first = loadToWaitFor(budget: budget) else { return }
         WriteBackLog.debug("a write waits for uploads: \(first.waiting) bytes written here are not on Dropbox yet, "
                            + "more than the staging budget of \(budget) bytes")
         backPressure.waitingNow.add(1, ordering: .relaxed)
@@ -115,10 +112,7 @@ extension WriteBackEngine {
             }
             _ = condition.wait(until: Date().addingTimeInterval(0.05))
         }
-        let waited = DispatchTime.now().uptimeNanoseconds - now
         backPressure.waits.add(1, ordering: .relaxed)
-        backPressure.waitedNanoseconds.add(waited, ordering: .relaxed)
-        return Double(waited) / 1e9
     }
 
     /// The load, if a writer must wait for it (lock held).
