@@ -977,7 +977,7 @@ extension VFS {
             let madeHere = ino.map { localFiles.existing($0) == nil } ?? false
             let file = ino.map { localFiles.file($0) }
             let decideAndApply = { () -> (stillDirty: Bool, stale: [StaleRevision]) in
-                let stillDirty = file?.writing == true || self.writeBack?.keepsLocalBytes(path: path) == true
+                let stillDirty = file?.writing == true || self.writeBack?.keepsLocalBytes(path: path, showing: generation) == true
                 return (stillDirty, self.metadata.applyCommitted(path: path, entry: entry, stillDirty: stillDirty))
             }
             let (stillDirty, stale) = file.map { $0.withLock(decideAndApply) } ?? decideAndApply()

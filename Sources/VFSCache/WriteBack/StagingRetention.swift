@@ -105,11 +105,15 @@ extension WriteBackEngine {
     /// True if `path` has bytes the commits shown so far do not account for: a writer, a close
     /// not on Dropbox yet, or a staging file the kernel still serves. A staging file kept only
     /// until the facade shows its commit does not count (the facade asks while showing it).
-    public func keepsLocalBytes(path: String) -> Bool {
+    /// `generation`: the commit being shown. A later commit the engine holds counts as bytes the
+    /// shown one does not account for: its own event, still queued behind this one, shows it
+    /// (without this, the older commit's size showed until then:
+    /// `aCommitsEventHandledAfterALaterCommitDoesNotShowTheOlderSize`).
+    public func keepsLocalBytes(path: String, showing generation: UInt64) -> Bool {
         condition.lock(); defer { condition.unlock() }
         guard let dirty = files[Self.key(path)] else { return false }
-        return dirty.retainedCommit == nil || dirty.kernelOpens > 0 || dirty.writing || dirty.record != nil
-            || dirty.closeFailure != nil
+        guard let retained = dirty.retainedCommit, retained.generation <= generation else { return true }
+        return dirty.kernelOpens > 0 || dirty.writing || dirty.record != nil || dirty.closeFailure != nil
     }
 
     /// Drops a committed staging file nothing needs any more (lock held) and returns its commit.

@@ -66,7 +66,8 @@ import Testing
         try engine.waitUntilCommitted(path: "/w.txt", generation: generation, timeout: 10)
         #expect(fixture.memory.content("/w.txt") == bytes("committed"))
         #expect(engine.stagingFile(path: "/w.txt") === file)
-        #expect(!engine.keepsLocalBytes(path: "/w.txt"))
+        #expect(!engine.keepsLocalBytes(path: "/w.txt", showing: generation))
+        #expect(engine.keepsLocalBytes(path: "/w.txt", showing: generation - 1), "an earlier commit than the one held")
         // An append now: the same file, holding the committed bytes, based on the commit's rev.
         let again = try engine.beginWrite(path: "/w.txt", base: .newFile)
         #expect(again === file)
