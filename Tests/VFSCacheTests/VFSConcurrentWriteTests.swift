@@ -139,4 +139,37 @@ import Testing
         _ = w.vfs.metadata.applyFeed([.upsert(second)], cursor: "page-2", since: stamp)
         #expect(w.vfs.metadata.node(ino)?.file?.rev == second.rev)
     }
+
+    /// The feed may lag many commits behind a file fsynced in a loop (a long page of other changes,
+    /// a slow machine), and it then reports each of our commits in turn: none of them may take the
+    /// file back, however far behind (`ShownRevisions` kept only the last 8 revs of a file). The
+    /// revs the feed has passed are forgotten.
+    @Test func aFeedManyCommitsBehindNeverTakesAFileBack() throws {
+        let remote = InMemoryRemote()
+        let w = try VFSWriteTests.Writable(remote)
+        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
+        let ino = entry.attributes.ino
+        var commits: [RemoteEntry] = []
+        for round in 0..<30 {
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
+            try w.vfs.fsync(ino, handle: open.handle)
+            commits.append(try #require(try remote.metadata(path: "/f.bin")))
+        }
+        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        w.sync()
+        #expect(eventually { w.vfs.metadata.node(ino)?.file?.rev == commits.last?.rev })
+        // The feed catches up, one commit per page.
+        var wentBack: [UInt64] = []
+        for (index, commit) in commits.enumerated() {
+            _ = w.vfs.metadata.applyFeed([.upsert(commit)], cursor: "page-\(index)", since: w.vfs.metadata.fetchStamp())
+            let seen = try w.vfs.getattr(ino).0.size
+            if seen != 1_029 { wentBack.append(seen) }
+        }
+        #expect(wentBack.isEmpty, "sizes shown while the feed caught up: \(wentBack)")
+        #expect(w.vfs.metadata.locked { _ in w.vfs.metadata.shownRevisions.keptCount } == 1, "only the rev the feed reported last is kept")
+        // Another client's change after ours still shows.
+        let theirs = remote.externalWrite("/f.bin", testBytes(77))
+        _ = w.vfs.metadata.applyFeed([.upsert(theirs)], cursor: "page-theirs", since: w.vfs.metadata.fetchStamp())
+        #expect(try w.vfs.getattr(ino).0.size == 77)
+    }
 }

@@ -8,8 +8,8 @@
 /// - nodes whose truth is local (`Node.local != .remote`, pending writes) are never overwritten
 ///   or removed by the feed: the write-back engine's conflict rule settles them at commit;
 /// - a file never goes back to a rev that came before the one the tree shows, as far as the tree
-///   knows their order (`ShownRevisions`: the revs of our own commits and conflicts): the feed
-///   reports each version in turn, and a page may end between two;
+///   knows their order (`ShownRevisions`: the revs of our own commits and conflicts the feed has
+///   not passed yet): the feed reports each version in turn, and a page may end between two;
 /// - a batch fetched before one of the mount's own changes skips the paths that change touched
 ///   (`LocalChangeLog`): the tree already has their newer state; a skipped change the tree does
 ///   not show may be another client's, newer still, and is looked up again (`recheck`);
@@ -43,6 +43,8 @@ extension MetadataCache {
                 } else if let path = disagreeingPath(change) {
                     result.recheck.append(path)
                 }
+                // Applied or not, the feed is past the revs of ours noted before this one.
+                if case .upsert(let entry) = change, let rev = entry.rev { shownRevisions.passed(rev, of: entry.id) }
             }
             if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
             return result

@@ -5,27 +5,52 @@
 /// with more to come); a page that ends with an earlier commit of ours, applied after the tree
 /// showed a later one, would take the file back in time until the next page (fsx: a file's size
 /// went back to an earlier commit's; `theFeedNeverTakesAFileBackToAnOlderCommitOfOurOwn`).
+///
+/// A rev is kept until the feed has passed it: when the feed reports a rev of the file, the revs
+/// noted before it can never come again (the feed is in order), so they go. What is kept is then
+/// what the feed still owes, however far it lags (a file fsynced in a loop commits hundreds of
+/// times a second; a fixed window of the last few revs let the older ones take the file back:
+/// `aFeedManyCommitsBehindNeverTakesAFileBack`). Bounds below keep a feed that never reports
+/// (a per-folder tree) from growing it without limit.
+///
 /// Kept under `MetadataCache.lock`.
 struct ShownRevisions {
-    /// How many revs are kept per file: a feed page is never that far behind our own commits.
-    static let perFile = 8
-    /// How many files are remembered (the oldest noted is forgotten first).
-    static let files = 4096
+    /// Revs kept per file: a feed this far behind our own commits of one file is not expected.
+    let perFile: Int
+    /// Revs kept in all; the file noted longest ago is forgotten first.
+    let total: Int
+
+    init(perFile: Int = 4096, total: Int = 65_536) {
+        self.perFile = perFile
+        self.total = total
+    }
 
     private var revs: [String: [String]] = [:]
     private var order: [String] = []
+    private var count = 0
 
     /// `rev` of the file `id` was shown after every rev noted before it.
     mutating func note(_ rev: String, of id: String) {
         guard !id.isEmpty, !rev.isEmpty else { return }
-        if revs[id] == nil {
-            order.append(id)
-            if order.count > Self.files { revs[order.removeFirst()] = nil }
-        }
+        if revs[id] == nil { order.append(id) }
         var list = revs[id, default: []]
+        count -= list.count
         list.removeAll { $0 == rev }
         list.append(rev)
-        if list.count > Self.perFile { list.removeFirst(list.count - Self.perFile) }
+        if list.count > perFile { list.removeFirst(list.count - perFile) }
+        count += list.count
+        revs[id] = list
+        while count > total, let oldest = order.first {
+            order.removeFirst()
+            count -= revs.removeValue(forKey: oldest)?.count ?? 0
+        }
+    }
+
+    /// The feed reported `rev` of `id` (applied or not): the revs noted before it are passed.
+    mutating func passed(_ rev: String, of id: String) {
+        guard var list = revs[id], let index = list.firstIndex(of: rev), index > 0 else { return }
+        list.removeFirst(index)
+        count -= index
         revs[id] = list
     }
 
@@ -34,4 +59,7 @@ struct ShownRevisions {
         guard rev != shown, let list = revs[id], let a = list.firstIndex(of: rev), let b = list.firstIndex(of: shown) else { return false }
         return a < b
     }
+
+    /// Revs kept, for tests.
+    var keptCount: Int { count }
 }
