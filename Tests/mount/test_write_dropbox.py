@@ -6,6 +6,7 @@ fusermount3 -uz.
 """
 
 import contextlib
+import ctypes
 import errno
 import hashlib
 import json
@@ -242,6 +243,45 @@ def test_random_and_sparse_writes_and_rdwr_without_truncate(writer):
     assert (writer.path / "rw.bin").read_bytes() == bytes(expected)
     writer.sync()
     assert writer.emu.download("/rw.bin") == bytes(expected)
+
+
+def test_fallocate_is_refused_posix_fallocate_and_copy_file_range_work_and_blocks_are_sizes(writer):
+    """docs/SEMANTICS.md: fallocate fails with EOPNOTSUPP (glibc's posix_fallocate then writes
+    zeros), copy_file_range copies through the mount, st_blksize is 1 MiB and st_blocks the size
+    in 512-byte units (Dropbox keeps no holes)."""
+    path = writer.path / "prealloc.bin"
+    path.write_bytes(b"head")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        assert libc.fallocate(fd, 0, 0, 100_000) == -1
+        assert ctypes.get_errno() == errno.EOPNOTSUPP
+        punch = 0x02 | 0x01   # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+        assert libc.fallocate(fd, punch, 0, 2) == -1
+        assert ctypes.get_errno() == errno.EOPNOTSUPP
+        os.posix_fallocate(fd, 0, 100_000)            # glibc falls back to writing zeros
+        assert os.fstat(fd).st_size == 100_000
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"head" + b"\0" * (100_000 - 4)
+    st = path.stat()
+    assert st.st_blksize == 1 << 20
+    assert st.st_blocks == (100_000 + 511) // 512
+
+    source = writer.path / "source.bin"
+    data = random.Random(7).randbytes(300_000)
+    source.write_bytes(data)
+    with open(source, "rb") as src, open(writer.path / "copy.bin", "wb") as dst:
+        copied = 0
+        while copied < len(data):
+            n = os.copy_file_range(src.fileno(), dst.fileno(), len(data) - copied)
+            assert n > 0
+            copied += n
+    assert (writer.path / "copy.bin").read_bytes() == data
+    writer.sync()
+    assert writer.emu.download("/prealloc.bin") == b"head" + b"\0" * (100_000 - 4)
+    assert writer.emu.download("/copy.bin") == data
 
 
 def test_mv_across_folders_and_rm_r(writer, tmp_path):
