@@ -172,4 +172,33 @@ import Testing
         _ = w.vfs.metadata.applyFeed([.upsert(theirs)], cursor: "page-theirs", since: w.vfs.metadata.fetchStamp())
         #expect(try w.vfs.getattr(ino).0.size == 77)
     }
+
+    /// Our commits, then another client's version that the tree learned from a fetch of its own
+    /// (a recheck of the feed, a listing) before the feed reported our commits: a page with one
+    /// of ours must not take the file back from theirs (`ShownRevisions` knew only our revs, so
+    /// the order of theirs against ours was unknown).
+    @Test func aFeedBehindNeverTakesAFileBackFromAnotherClientsVersionAFetchShowed() throws {
+        let remote = InMemoryRemote()
+        let w = try VFSWriteTests.Writable(remote)
+        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
+        let ino = entry.attributes.ino
+        var ours: [RemoteEntry] = []
+        for round in 0..<3 {
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
+            try w.vfs.fsync(ino, handle: open.handle)
+            ours.append(try #require(try remote.metadata(path: "/f.bin")))
+        }
+        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        w.sync()
+        #expect(eventually { w.vfs.metadata.node(ino)?.local == .remote })
+        let theirs = remote.externalWrite("/f.bin", testBytes(77))
+        w.vfs.metadata.refreshFromDropbox(["/f.bin"])
+        #expect(try w.vfs.getattr(ino).0.size == 77)
+        var shown: [UInt64] = []
+        for (index, commit) in (ours + [theirs]).enumerated() {
+            _ = w.vfs.metadata.applyFeed([.upsert(commit)], cursor: "page-\(index)", since: w.vfs.metadata.fetchStamp())
+            shown.append(try w.vfs.getattr(ino).0.size)
+        }
+        #expect(shown == [77, 77, 77, 77], "sizes shown while the feed caught up")
+    }
 }

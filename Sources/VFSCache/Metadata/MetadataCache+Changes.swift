@@ -99,7 +99,7 @@ extension MetadataCache {
                     if old.rev == entry.rev && old.size == entry.size && node.name == entry.name {
                         // Our own upload's echo, or a feed entry we already applied: nothing for
                         // the kernel to forget (it is still saved, in case the store lags).
-                        table.upsert(entry, under: parent, generation: 0)
+                        upsertFetched(entry, under: parent, generation: 0)
                         result.applied.append(change)
                         return
                     }
@@ -110,7 +110,7 @@ extension MetadataCache {
                     if node.name != entry.name { result.invalidations.append(.entry(parent: parent, name: node.name)) }
                 } else {
                     if node.name == entry.name {
-                        table.upsert(entry, under: parent, generation: 0)
+                        upsertFetched(entry, under: parent, generation: 0)
                         result.applied.append(change)
                         return
                     }
@@ -120,7 +120,7 @@ extension MetadataCache {
                 result.invalidations.append(.entry(parent: parent, name: entry.name))
                 result.invalidations.append(.inode(parent))
             }
-            table.upsert(entry, under: parent, generation: 0)
+            upsertFetched(entry, under: parent, generation: 0)
             result.applied.append(change)
         case .deleted(_, let pathDisplay):
             guard !pathDisplay.isEmpty, let ino = table.resolve(path: pathDisplay), let node = table[ino] else { return }
@@ -163,7 +163,7 @@ extension MetadataCache {
             known.append((ino, node.parent, node.name, node.file?.rev))
         }
         let generation = table.newGeneration()
-        for change in changes where !changed.covers(change) { table.apply(change, generation: generation) }
+        for change in changes where !changed.covers(change) { applyFetched(change, generation: generation) }
         table.sweepAll(olderThan: generation, sparing: table.subtrees(changed))
         table.setAllListed(at: started)
         tree = .recursive(cursor: cursor, refreshedAt: started)

@@ -185,7 +185,7 @@ final class MetadataCache: @unchecked Sendable {
                 table.setNegative(key, in: parent, at: now)
                 throw .noEntry
             }
-            guard let ino = table.upsert(entry, under: parent, generation: 0) else { throw .noEntry }
+            guard let ino = upsertFetched(entry, under: parent, generation: 0) else { throw .noEntry }
             table.addLookup(ino)
             return table[ino]!
         }
@@ -222,7 +222,7 @@ final class MetadataCache: @unchecked Sendable {
                 let entry = try remote.metadata(path: path)
                 applyingFetched(since: stamp) { changed in
                     guard !changed.covers(path), table.path(of: ino) == path else { return }
-                    if let entry, entry.isFolder == node.isDirectory, let same = table.upsert(entry, under: node.parent, generation: 0) {
+                    if let entry, entry.isFolder == node.isDirectory, let same = upsertFetched(entry, under: node.parent, generation: 0) {
                         table.setConfirmed(same, at: now)
                     } else {
                         table.detach(ino)
@@ -578,7 +578,7 @@ final class MetadataCache: @unchecked Sendable {
     private func apply(_ changes: [RemoteChange], generation: UInt64, since stamp: LocalChangeLog.Stamp) throws(RemoteError) {
         let done: Void? = applyingFetched(since: stamp) { changed in
             for change in changes where !changed.covers(change) && !isOwnCaseRenameStep(change) {
-                table.apply(change, generation: generation)
+                applyFetched(change, generation: generation)
             }
         }
         if done == nil { throw Self.localChurn }
@@ -589,12 +589,31 @@ final class MetadataCache: @unchecked Sendable {
         let done: Void? = applyingFetched(since: stamp) { changed in
             for change in changes where !changed.covers(change) {
                 switch change {
-                case .upsert(let entry): table.upsert(entry, under: dir, generation: generation)
+                case .upsert(let entry): upsertFetched(entry, under: dir, generation: generation)
                 case .deleted: table.apply(change, generation: generation)
                 }
             }
         }
         if done == nil { throw Self.localChurn }
+    }
+
+    // MARK: Answers from Dropbox reaching the tree
+
+    /// Applies a listing's or the feed's change (lock held). A file rev it brings, of a file whose
+    /// own commits `ShownRevisions` orders, is noted after them: an answer not skipped for a newer
+    /// change of ours came after our commits, so a feed still behind them must not take the file
+    /// back from it (`aFeedBehindNeverTakesAFileBackFromAnotherClientsVersionAFetchShowed`).
+    @discardableResult
+    func applyFetched(_ change: RemoteChange, generation: UInt64) -> InodeNumber? {
+        if case .upsert(let entry) = change, let rev = entry.rev { shownRevisions.noteIfKept(rev, of: entry.id) }
+        return table.apply(change, generation: generation)
+    }
+
+    /// `applyFetched` for an entry whose folder is known (a folder's listing, a lookup).
+    @discardableResult
+    func upsertFetched(_ entry: RemoteEntry, under parent: InodeNumber, generation: UInt64) -> InodeNumber? {
+        if let rev = entry.rev { shownRevisions.noteIfKept(rev, of: entry.id) }
+        return table.upsert(entry, under: parent, generation: generation)
     }
 
     // MARK: The mount's own changes (LocalChangeLog)
@@ -674,7 +693,7 @@ final class MetadataCache: @unchecked Sendable {
                 guard !changed.covers(path) else { return }
                 let generation = table.newGeneration()
                 for entry in entries where !changed.covers(entry.pathDisplay) {
-                    table.apply(.upsert(entry), generation: generation)
+                    applyFetched(.upsert(entry), generation: generation)
                 }
                 if let ino = table.resolve(path: path) {
                     table.sweepSubtree(ino, olderThan: generation, sparing: table.subtrees(changed))

@@ -46,6 +46,13 @@ struct ShownRevisions {
         }
     }
 
+    /// `rev` of `id` came from Dropbox after our commits of it: noted after them, if any are kept
+    /// (a rev already kept keeps its place: it is one of ours, or known already).
+    mutating func noteIfKept(_ rev: String, of id: String) {
+        guard let list = revs[id], !list.contains(rev) else { return }
+        note(rev, of: id)
+    }
+
     /// The feed reported `rev` of `id` (applied or not): the revs noted before it are passed.
     mutating func passed(_ rev: String, of id: String) {
         guard var list = revs[id], let index = list.firstIndex(of: rev), index > 0 else { return }
