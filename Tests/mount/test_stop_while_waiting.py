@@ -63,6 +63,8 @@ def test_sigterm_ends_a_daemon_whose_fsync_waits_for_an_unreachable_dropbox(dbxf
         assert outcome["fsync"] != "ok", outcome
         assert code == 0, m.read_log()
         assert took < 45, took
+        # The log says at once why the daemon is still there.
+        assert "info: stopping: the mount ends once the requests in progress return" in m.read_log()
     finally:
         m.stop()
     # The bytes were kept: the next mount with this cache uploads them.

@@ -130,7 +130,13 @@ enum MountCommand {
         let stopWatcher = Thread {
             defer { watcherDone.signal() }
             while !loopDone.load(ordering: .relaxed) {
-                if exited() { beginStopping(); return }
+                if exited() {
+                    // Said at once: a request waiting for an unreachable Dropbox can hold the
+                    // loop until the drain bound, and the log was silent meanwhile.
+                    logger.info("stopping: the mount ends once the requests in progress return; any still waiting for an upload gets an error at the unmount's drain bound")
+                    beginStopping()
+                    return
+                }
                 usleep(100_000)
             }
         }
