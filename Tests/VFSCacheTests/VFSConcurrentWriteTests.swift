@@ -147,16 +147,7 @@ import Testing
     @Test func aFeedManyCommitsBehindNeverTakesAFileBack() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
-        var commits: [RemoteEntry] = []
-        for round in 0..<30 {
-            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
-            try w.vfs.fsync(ino, handle: open.handle)
-            commits.append(try #require(try remote.metadata(path: "/f.bin")))
-        }
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
-        w.sync()
+        let (ino, commits) = try truncatedAndCommitted(w, remote, times: 30)
         #expect(eventually { w.vfs.metadata.node(ino)?.file?.rev == commits.last?.rev })
         // The feed catches up, one commit per page.
         var wentBack: [UInt64] = []
@@ -180,16 +171,7 @@ import Testing
     @Test func aFeedBehindNeverTakesAFileBackFromAnotherClientsVersionAFetchShowed() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
-        var ours: [RemoteEntry] = []
-        for round in 0..<3 {
-            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
-            try w.vfs.fsync(ino, handle: open.handle)
-            ours.append(try #require(try remote.metadata(path: "/f.bin")))
-        }
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
-        w.sync()
+        let (ino, ours) = try truncatedAndCommitted(w, remote, times: 3)
         #expect(eventually { w.vfs.metadata.node(ino)?.local == .remote })
         let theirs = remote.externalWrite("/f.bin", testBytes(77))
         w.vfs.metadata.refreshFromDropbox(["/f.bin"])
@@ -200,5 +182,22 @@ import Testing
             shown.append(try w.vfs.getattr(ino).0.size)
         }
         #expect(shown == [77, 77, 77, 77], "sizes shown while the feed caught up")
+    }
+
+    /// `/f.bin` made, then truncated to 1000, 1001, … bytes with an fsync after each, closed and
+    /// synced: its inode and the entry of each commit, in order.
+    private func truncatedAndCommitted(_ w: VFSWriteTests.Writable, _ remote: InMemoryRemote,
+                                       times: Int) throws -> (InodeNumber, [RemoteEntry]) {
+        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
+        let ino = entry.attributes.ino
+        var commits: [RemoteEntry] = []
+        for round in 0..<times {
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
+            try w.vfs.fsync(ino, handle: open.handle)
+            commits.append(try #require(try remote.metadata(path: "/f.bin")))
+        }
+        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        w.sync()
+        return (ino, commits)
     }
 }
