@@ -86,8 +86,13 @@ def test_rm_rf_and_tar_x_cost_batches_not_one_call_each(dbxfs_binary, tmp_path):
             tar_calls = calls(emu)
             print(f"tar x of 1000 files in 100 folders: {sum(tar_calls.values())} calls {sorted(tar_calls.items())}")
             assert tar_calls.get("files/create_folder_v2", 0) == 0
-            # 101 folders in a few batches (each one or two calls: a large one is a job, polled once).
-            assert tar_calls.get("files/create_folder_batch", 0) + tar_calls.get("files/create_folder_batch/check", 0) <= 20
+            # 101 folders in batches (a large one is a job, polled once or more). How many batches
+            # depends on the gaps between tar's mkdirs (ten files are written between two), which a
+            # loaded machine stretches past the gather delay: 6 and 7 on a quiet machine, 18 and 30
+            # in clean-clone runs at load averages of 10 to 40. One call per folder would be 101.
+            batches = tar_calls.get("files/create_folder_batch", 0)
+            assert batches <= 50
+            assert tar_calls.get("files/create_folder_batch/check", 0) <= 2 * batches
 
             for folder in range(10):
                 subprocess.run(["mkdir", "-p", str(mnt / "rm" / f"d{folder}")], check=True)
