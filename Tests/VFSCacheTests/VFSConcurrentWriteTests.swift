@@ -13,10 +13,9 @@ import Testing
     @Test func aWriteRacingATruncateNeverPutsBackTheSizeBeforeIt() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
+        let (ino, handle) = try createdForWriting(w)
         let vfs = w.vfs
-        try VFSWriteTests().write(vfs, ino, open.handle, at: 0, testBytes(8192, seed: 1))
+        try VFSWriteTests().write(vfs, ino, handle, at: 0, testBytes(8192, seed: 1))
 
         let stop = Atomic<Bool>(false)
         let writer = Thread {
@@ -24,7 +23,7 @@ import Testing
             var offset: UInt64 = 0
             while !stop.load(ordering: .relaxed) {
                 _ = try? bytes.withUnsafeBytes { (buffer) throws(Errno) -> Int in
-                    try vfs.write(ino, handle: open.handle, offset: offset, data: buffer)
+                    try vfs.write(ino, handle: handle, offset: offset, data: buffer)
                 }
                 offset = (offset + 512) % 4096
             }
@@ -34,13 +33,13 @@ import Testing
 
         var wrong: [(truncatedTo: UInt64, seen: UInt64)] = []
         for size in UInt64(8193)...UInt64(10_192) {
-            _ = try vfs.setattr(ino, changes: AttributeChanges(size: size), handle: open.handle)
+            _ = try vfs.setattr(ino, changes: AttributeChanges(size: size), handle: handle)
             let seen = try vfs.getattr(ino).0.size
             if seen != size { wrong.append((size, seen)) }
         }
         stop.store(true, ordering: .relaxed)
         #expect(wrong.isEmpty, "sizes after truncates: \(wrong.prefix(5))")
-        try VFSWriteTests().close(vfs, ino, open.handle)
+        try VFSWriteTests().close(vfs, ino, handle)
     }
 
     /// fsx with mappings on a mount without passthrough: "Size error: expected 0x61186 stat
@@ -50,22 +49,21 @@ import Testing
     @Test func aTruncateRightAfterACommitKeepsItsSize() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
+        let (ino, handle) = try createdForWriting(w)
         var wrong: [(round: Int, truncatedTo: UInt64, seen: UInt64)] = []
         for round in 0..<300 {
             let size = UInt64(20_000 + round % 2 * 5_000)
-            try VFSWriteTests().write(w.vfs, ino, open.handle, at: 0, testBytes(Int(size), seed: UInt64(round)))
-            try w.vfs.fsync(ino, handle: open.handle)
+            try VFSWriteTests().write(w.vfs, ino, handle, at: 0, testBytes(Int(size), seed: UInt64(round)))
+            try w.vfs.fsync(ino, handle: handle)
             let cut = UInt64(1_000 + round)
-            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: cut), handle: open.handle)
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: cut), handle: handle)
             // Let the commit's handler run, then look.
             Thread.sleep(forTimeInterval: 0.001)
             let seen = try w.vfs.getattr(ino).0.size
             if seen != cut { wrong.append((round, cut, seen)) }
         }
         #expect(wrong.isEmpty, "sizes after truncates: \(wrong.prefix(5))")
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
     }
 
@@ -78,10 +76,9 @@ import Testing
     @Test func aCommitsEventHandledAfterALaterCommitDoesNotShowTheOlderSize() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
-        try VFSWriteTests().write(w.vfs, ino, open.handle, at: 0, testBytes(30_000, seed: 1))
-        try w.vfs.fsync(ino, handle: open.handle)
+        let (ino, handle) = try createdForWriting(w)
+        try VFSWriteTests().write(w.vfs, ino, handle, at: 0, testBytes(30_000, seed: 1))
+        try w.vfs.fsync(ino, handle: handle)
         let events = try #require(w.vfs.writeBack).eventQueue
         events.sync {}
 
@@ -89,11 +86,11 @@ import Testing
         let first = DispatchSemaphore(value: 0), second = DispatchSemaphore(value: 0)
         let reachedSecond = DispatchSemaphore(value: 0)
         events.async { first.wait() }
-        _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 10_000), handle: open.handle)
-        try w.vfs.fsync(ino, handle: open.handle)       // its event is queued behind `first`
+        _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 10_000), handle: handle)
+        try w.vfs.fsync(ino, handle: handle)       // its event is queued behind `first`
         events.async { reachedSecond.signal(); second.wait() }
-        _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 20_000), handle: open.handle)
-        try w.vfs.fsync(ino, handle: open.handle)       // queued behind `second`
+        _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: 20_000), handle: handle)
+        try w.vfs.fsync(ino, handle: handle)       // queued behind `second`
         #expect(try w.vfs.getattr(ino).0.size == 20_000)
 
         // The first commit's handler runs now, the second's not yet.
@@ -105,7 +102,7 @@ import Testing
         events.sync {}
         #expect(try w.vfs.getattr(ino).0.size == 20_000)
         #expect(try w.vfs.readAll(ino) == Array(testBytes(30_000, seed: 1).prefix(10_000)) + [UInt8](repeating: 0, count: 10_000))
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
         #expect(try remote.metadata(path: "/f.bin")?.size == 20_000)
     }
@@ -117,13 +114,12 @@ import Testing
     @Test func theFeedNeverTakesAFileBackToAnOlderCommitOfOurOwn() throws {
         let remote = InMemoryRemote()
         let w = try VFSWriteTests.Writable(remote)
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
-        try VFSWriteTests().write(w.vfs, ino, open.handle, at: 0, testBytes(3000, seed: 1))
-        try w.vfs.fsync(ino, handle: open.handle)
+        let (ino, handle) = try createdForWriting(w)
+        try VFSWriteTests().write(w.vfs, ino, handle, at: 0, testBytes(3000, seed: 1))
+        try w.vfs.fsync(ino, handle: handle)
         let first = try #require(try remote.metadata(path: "/f.bin"))
-        try VFSWriteTests().write(w.vfs, ino, open.handle, at: 3000, testBytes(2000, seed: 2))
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        try VFSWriteTests().write(w.vfs, ino, handle, at: 3000, testBytes(2000, seed: 2))
+        try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
         let second = try #require(try remote.metadata(path: "/f.bin"))
         #expect(first.rev != second.rev)
@@ -214,16 +210,21 @@ import Testing
     /// synced: its inode and the entry of each commit, in order.
     private func truncatedAndCommitted(_ w: VFSWriteTests.Writable, _ remote: InMemoryRemote,
                                        times: Int) throws -> (InodeNumber, [RemoteEntry]) {
-        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
-        let ino = entry.attributes.ino
+        let (ino, handle) = try createdForWriting(w)
         var commits: [RemoteEntry] = []
         for round in 0..<times {
-            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: open.handle)
-            try w.vfs.fsync(ino, handle: open.handle)
+            _ = try w.vfs.setattr(ino, changes: AttributeChanges(size: UInt64(1_000 + round)), handle: handle)
+            try w.vfs.fsync(ino, handle: handle)
             commits.append(try #require(try remote.metadata(path: "/f.bin")))
         }
-        try VFSWriteTests().close(w.vfs, ino, open.handle)
+        try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
         return (ino, commits)
+    }
+
+    /// `/f.bin`, made and open for reading and writing: its inode and the handle.
+    private func createdForWriting(_ w: VFSWriteTests.Writable) throws -> (InodeNumber, HandleID) {
+        let (entry, open) = try w.vfs.create(parent: rootInode, name: "f.bin", flags: [.read, .write])
+        return (entry.attributes.ino, open.handle)
     }
 }
