@@ -64,6 +64,24 @@ def test_rate_limit_429_wire_shape(emu):
     assert 429 in statuses
 
 
+def test_the_test_helpers_calls_wait_out_a_429_like_the_sdk(emu, base):
+    """The helper the mount suites use to look at Dropbox (Tests/support/emulator.py) is a client
+    like any other: a listing identical to one a mount is making gets 429 (listing_overlap.py), and
+    the official SDK waits `retry_after` and asks again. CI once failed a quota test because the
+    helper's recursive listing of the root met the mount's own and raised instead."""
+    emu.api("files/create_folder_v2", {"path": base + "/sub"})
+    emu.config(latency_ms=1500)
+    first = []
+    thread = threading.Thread(target=lambda: first.append(emu.listing(base, recursive=True)))
+    thread.start()
+    time.sleep(0.5)
+    emu.reset_stats()
+    second = emu.listing(base, recursive=True)
+    thread.join(30)
+    assert emu.stats()["faults"]["identical_listing"] >= 1
+    assert [e["path_display"] for e in second] == [e["path_display"] for e in first[0]]
+
+
 def test_write_rate_limit(dbx, emu, base):
     emu.config(write_rate_limit=1)
     conn = tls_connection(emu)

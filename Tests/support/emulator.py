@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -70,6 +71,10 @@ def _die_with_parent():
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+# How many 429s in a row `Emulator.api` waits out before it raises (each waits retry_after).
+RATE_LIMIT_RETRIES = 20
 
 
 class EmulatorError(Exception):
@@ -234,11 +239,21 @@ class Emulator:
         return self._control("path_state", {"path": path, "state": state})
 
     def api(self, route, arg=None, path_root=None):
+        """One API call. A 429 is waited out as the official SDK does (it retries rate limits
+        after `retry_after` by default): the suites look at Dropbox while a mount talks to it,
+        and a listing identical to the mount's own is refused while the mount's is served."""
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/json"}
         if path_root is not None:
             headers["Dropbox-API-Path-Root"] = path_root
         body = json.dumps(arg).encode()
-        return json.loads(self._request("/2/" + route, body, headers)[2])
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                return json.loads(self._request("/2/" + route, body, headers)[2])
+            except EmulatorError as err:
+                if err.status != 429 or attempt == RATE_LIMIT_RETRIES:
+                    raise
+                error = err.body.get("error", {}) if isinstance(err.body, dict) else {}
+                time.sleep(float(error.get("retry_after", 1)) if isinstance(error, dict) else 1)
 
     def listing(self, path, recursive=False):
         """Every entry of a folder's listing, following has_more: Dropbox's pages (and the
