@@ -182,6 +182,39 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(x) == Array("theirs, later".utf8))
     }
 
+    /// Dropbox may report a path deleted and made again as two entries, its deletion first
+    /// (change_feed.py, after Maestral), and may end a page between them. The path must never be
+    /// missing from the mount meanwhile, and a file keeps its inode: CI saw the concurrent model
+    /// test's `truncate` fail with ENOENT on a file the mount itself had renamed onto another one
+    /// (a move onto a file is its deletion, then the move).
+    @Test func aPathDeletedAndMadeAgainIsNeverMissingBetweenPages() throws {
+        let base = seeded()
+        let remote = SwitchableRemote(base)
+        let vfs = try makeVFS(remote)
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        base.externalDelete("/x.txt")
+        base.externalWrite("/x.txt", "made again")
+        base.feedPageSize = 1
+        let pages = Atomic<Int>(0)
+        let missingAfter = Mutex<[Int]>([])
+        remote.afterContinue.withLock { hook in
+            hook = { [vfs] in
+                let page = pages.add(1, ordering: .relaxed).newValue
+                if (try? vfs.metadata.locked({ $0.resolve(path: "/x.txt") })) ?? nil == nil {
+                    missingAfter.withLock { $0.append(page - 1) }
+                }
+            }
+        }
+        try watcher.step()
+        remote.afterContinue.withLock { $0 = nil }
+        #expect(pages.load(ordering: .relaxed) >= 2)
+        #expect(missingAfter.withLock { $0 }.isEmpty, "missing after page(s) \(missingAfter.withLock { $0 })")
+        #expect(try vfs.resolve("/x.txt") == x)
+        #expect(try vfs.readAll(x) == Array("made again".utf8))
+    }
+
     @Test func dirtyFilesKeepTheirLocalState() throws {
         let remote = seeded()
         let vfs = try makeVFS(remote)

@@ -265,23 +265,43 @@ public final class ChangeWatcher: Sendable {
         setOnline()
     }
 
-    /// Reads every page since `cursor` and applies each; a reset cursor leads to one relisting.
+    /// Reads every page since `cursor` and applies them; a reset cursor leads to one relisting.
+    ///
+    /// Pages are gathered until Dropbox says no more follow (or `gatherLimit` changes are held)
+    /// and applied as one batch: a page may end between a path's deletion and the path made
+    /// again (change_feed.py), and applied alone it would take the path away from the mount
+    /// until the next page came (`aPathDeletedAndMadeAgainIsNeverMissingBetweenPages`).
     private func readChanges(from cursor: String) throws(RemoteError) {
-        var next = cursor
+        var start = cursor
         do throws(RemoteError) {
             while true {
+                // The stamp of the first page's fetch covers the whole batch: a change of the
+                // mount's own made while any of its pages travelled is newer than the batch.
                 let stamp = vfs.metadata.fetchStamp()
-                let page = try remote.listFolderContinue(cursor: next)
-                if stopping { return }
+                var changes: [RemoteChange] = []
+                var next = start
+                var hasMore = true
+                while hasMore && changes.count < Self.gatherLimit {
+                    let page = try remote.listFolderContinue(cursor: next)
+                    if stopping { return }
+                    changes += page.changes
+                    next = page.cursor
+                    hasMore = page.hasMore
+                }
                 // Overlapped more of the mount's own changes than it can sort out: ask again.
-                guard apply(page.changes, from: next, cursor: page.cursor, since: stamp) else { continue }
-                next = page.cursor
-                if !page.hasMore { return }
+                guard apply(changes, from: start, cursor: next, since: stamp) else { continue }
+                start = next
+                if !hasMore { return }
             }
         } catch .cursorReset {
             try relist()
         }
     }
+
+    /// The most changes gathered into one batch. Past it (a long catch-up), a batch is applied
+    /// before the next page is read, and a path deleted and made again across that one boundary
+    /// is missing until the next batch, a moment later.
+    static let gatherLimit = 20_000
 
     /// Applies and saves one batch; false if it must be fetched again. Paths whose change gave way
     /// to one of the mount's own while the tree shows something else are then looked up again

@@ -37,8 +37,16 @@ extension MetadataCache {
         let now = clock.now()
         return applyingFetched(since: stamp) { changed in
             var result = AppliedChanges()
-            for change in changes {
+            let madeAgain = Self.filesMadeAgain(changes)
+            for (index, change) in changes.enumerated() {
                 if !changed.covers(change) {
+                    if madeAgain.contains(index), case .deleted(_, let path) = change,
+                       let ino = table.resolve(path: path), table[ino]?.file != nil {
+                        // A file deleted and made again in this batch keeps its node, updated by
+                        // the entry that follows: the kernel's inode and open handles stay valid.
+                        result.applied.append(change)
+                        continue
+                    }
                     applyOne(change, into: &result)
                 } else if let path = disagreeingPath(change) {
                     result.recheck.append(path)
@@ -49,6 +57,24 @@ extension MetadataCache {
             if case .recursive = tree { tree = .recursive(cursor: cursor, refreshedAt: now) }
             return result
         }
+    }
+
+    /// Indexes of the deletions in `changes` whose path's next change in the batch makes a file
+    /// there again (Dropbox may report a path deleted and made again as both: change_feed.py).
+    static func filesMadeAgain(_ changes: [RemoteChange]) -> Set<Int> {
+        var nextIsFile: [String: Bool] = [:]   // by path key: whether the next change is a file's upsert
+        var found: Set<Int> = []
+        for (index, change) in changes.enumerated().reversed() {
+            switch change {
+            case .upsert(let entry):
+                nextIsFile[InodeTable.key(entry.pathDisplay)] = !entry.isFolder
+            case .deleted(_, let pathDisplay):
+                let key = InodeTable.key(pathDisplay)
+                if nextIsFile[key] == true { found.insert(index) }
+                nextIsFile[key] = false
+            }
+        }
+        return found
     }
 
     /// The path of a change the tree does not already show (our own commit's echo does show),

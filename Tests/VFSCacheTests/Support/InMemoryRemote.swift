@@ -35,6 +35,9 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
     private var epoch = 0
     /// Page size used when a caller passes no limit.
     var defaultPageSize = 1000
+    /// Changes per page of the feed (list_folder/continue after a listing); nil: all in one page.
+    /// Dropbox ends a page anywhere, e.g. between a path's deletion and the path made again.
+    var feedPageSize: Int?
     /// Seconds to pretend each call takes (tests of parallelism).
     var callDelay: TimeInterval = 0
 
@@ -106,7 +109,10 @@ final class InMemoryRemote: RemoteStore, @unchecked Sendable {
             for item in log where item.seq > listing.seq && isUnder(item.path, listing.path, recursive: listing.recursive) {
                 changes.append(item.change)
             }
-            listing.pages = [changes]
+            let size = max(1, feedPageSize ?? changes.count)
+            listing.pages = changes.isEmpty ? [[]] : stride(from: 0, to: changes.count, by: size).map {
+                Array(changes[$0..<min(changes.count, $0 + size)])
+            }
             listing.seq = seq
         }
         return nextPage(listing)
