@@ -215,6 +215,33 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(x) == Array("made again".utf8))
     }
 
+    /// A path looked up again that the refresh leaves as it was (the file has pending local
+    /// bytes) tells the kernel nothing: dropping its pages could drop a write still on its way
+    /// to the mount (`pagesFollowLocalWrites`; hunt_reader_prefix.py read zeros where a write had
+    /// been). Before, every path looked up again was invalidated.
+    @Test func aRecheckThatChangesNothingTellsTheKernelNothing() throws {
+        let base = seeded()
+        let remote = SwitchableRemote(base)
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()
+        let x = try vfs.resolve("/x.txt")
+        base.externalWrite("/x.txt", "theirs")
+        remote.afterContinue.withLock { hook in
+            hook = { [vfs] in
+                // One of the mount's own changes to /x.txt while the batch travels: local bytes.
+                vfs.metadata.recordLocalChange(["/x.txt"])
+                vfs.metadata.setLocal(x, size: 99)
+            }
+        }
+        sink.clear()
+        try watcher.step()
+        remote.afterContinue.withLock { $0 = nil }
+        #expect(try vfs.getattr(x).0.size == 99)
+        #expect(!sink.all.contains(.inode(x)), "\(sink.all)")
+    }
+
     @Test func dirtyFilesKeepTheirLocalState() throws {
         let remote = seeded()
         let vfs = try makeVFS(remote)

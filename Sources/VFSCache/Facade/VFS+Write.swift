@@ -98,6 +98,10 @@ extension VFS {
         if !wantsWrite, engineStaging == nil, node.local == .remote || existing?.withLock({ existing!.staging }) == nil {
             return nil   // committed meanwhile: the server's rev has the bytes
         }
+        // (A clean file's pages are ours only at a rev we committed: the refresh above may
+        // have found another client's, which nobody told the kernel of yet.)
+        let keepPages = !flags.contains(.truncate) && (hasLocalBytes || writeBack.isOwnCommit(path: path, rev: meta.rev))
+            && existing.map(pagesFollowLocalWrites) == true
         var remoteView: OpenFile?
         if !hasLocalBytes, let id = node.id, meta.size > 0 {
             remoteView = makeReader(ino, path: path, fileID: id, file: meta)
@@ -146,8 +150,26 @@ extension VFS {
         }
         let id = nextHandle.add(1, ordering: .relaxed).oldValue
         localFiles.add(handle, as: id)
-        // The kernel must not keep pages of an earlier version across this open.
-        return kernelWritable(OpenReply(handle: id, keepCache: false), backing)
+        // The kernel must not keep pages of an earlier version across this open, but must keep
+        // those of a write in flight (`pagesFollowLocalWrites`).
+        return kernelWritable(OpenReply(handle: id, keepCache: keepPages), backing)
+    }
+
+    /// Whether the kernel's cached pages of the file are its current local bytes, and must be
+    /// kept by a new open: true while an open of the mount writes it through the kernel's page
+    /// cache (not passthrough). Such a writer's own open dropped older pages, every write since
+    /// went through the page cache (passthrough opens cannot coexist with it: PassthroughOpens),
+    /// and the file's remote changes wait for its commit. An open that drops them instead
+    /// (keep_cache off) can drop a page holding a write still on its way to us; a read then
+    /// fills the page from bytes without it, and it stays so after the write lands
+    /// (`hunt_reader_prefix.py`: zeros where a write had been, read through another descriptor).
+    func pagesFollowLocalWrites(_ file: LocalFile) -> Bool {
+        let (writers, stale) = file.withLock { (file.writers, file.kernelPagesStale) }
+        guard !stale else {
+            file.withLock { file.kernelPagesStale = false }   // this open drops them
+            return false
+        }
+        return writers > file.kernelWriters.withLock { $0.count }
     }
 
     /// `reply` offering `staging` to the kernel for the open's writes (FUSE passthrough), except
@@ -432,6 +454,7 @@ extension VFS {
             file.staging = staging
         }
         file.writing = true
+        file.writePeriods += 1
         file.restartSequence()
         return staging
     }
@@ -997,7 +1020,10 @@ extension VFS {
             let ino = metadata.locked { $0.resolve(path: path) }
             if let ino, let file = localFiles.existing(ino) {
                 // The path shows the other version now: a later write starts from that one.
-                file.withLock { if !file.writing { file.staging = nil } }
+                file.withLock {
+                    if !file.writing { file.staging = nil }
+                    file.kernelPagesStale = true
+                }
             }
             // The other version, as the server has it now (unknown if the call fails: the next
             // listing brings it).

@@ -281,6 +281,12 @@ public final class VFS: FilesystemOperations, Sendable {
     }
 
     private func openInode(_ ino: InodeNumber, flags: OpenFlags) throws(Errno) -> OpenReply {
+        // A read of the server's bytes follows the mount's own later writes (OpenFile.localBytes).
+        // Attached before the write side looks, so a write that begins after it decided "clean"
+        // is followed too; detached again if this open does not become such a reader.
+        let reader = writeBack != nil && flags.isDisjoint(with: [.write, .truncate, .append]) ? localFiles.attachReader(ino) : nil
+        var readerKept = false
+        defer { if !readerKept, let reader { localFiles.detachReader(reader.0) } }
         // Opens for writing, and reads of files with local bytes, are the write side's.
         if let reply = try openLocal(ino, flags: flags) { return reply }
         let node = try metadata.refreshedNode(ino)
@@ -292,9 +298,13 @@ public final class VFS: FilesystemOperations, Sendable {
             handles.withLock { $0.exports[handle] = (ino, data) }
             return OpenReply(handle: handle, keepCache: metadata.noteOpened(ino, rev: file.rev))
         }
-        let keepCache = metadata.noteOpened(ino, rev: file.rev)
+        // A writer of the mount's own is open: the pages are of its writes, maybe still on their
+        // way, if the rev is the mount's own commit (`pagesFollowLocalWrites`).
+        let ownPages = reader.map { pagesFollowLocalWrites($0.0) } == true && writeBack?.isOwnCommit(path: path, rev: file.rev) == true
+        let keepCache = metadata.noteOpened(ino, rev: file.rev) || ownPages
         let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
-                                usesPieceDigests: blocks.usesPieceDigests)
+                                usesPieceDigests: blocks.usesPieceDigests, follows: reader.map { ($0.0, $0.periods) })
+        readerKept = true
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.files[handle] = openFile }
         let backing = config.keepWholeFiles ? blocks.disk?.wholeFile(fileID: fileID, rev: file.rev) : nil
@@ -329,6 +339,11 @@ public final class VFS: FilesystemOperations, Sendable {
             }
         }
         guard let file = handles.withLock({ $0.files[handle] }), file.ino == ino else { throw .badFile }
+        if let staging = file.localBytes() {
+            // Another descriptor of the mount changed the file since this one opened: its bytes.
+            let bytes = try staging.read(at: offset, count: size)
+            return bytes.withUnsafeBytes { body($0.isEmpty ? [] : [$0]) }
+        }
         guard size > 0, offset < file.size else { return body([]) }
         let end = min(offset + UInt64(size), file.size)
         let blockSize = UInt64(config.blockSize)
@@ -425,11 +440,12 @@ public final class VFS: FilesystemOperations, Sendable {
 
     public func release(_ ino: InodeNumber, handle: HandleID) {
         if releaseLocal(ino, handle: handle) { return }
-        let gone: String? = handles.withLock { handles in
+        let (closed, gone): (OpenFile?, String?) = handles.withLock { handles in
             handles.exports.removeValue(forKey: handle)
-            guard let file = handles.files.removeValue(forKey: handle) else { return nil }
-            return handles.files.values.contains { $0.fileID == file.fileID } ? nil : file.fileID
+            guard let file = handles.files.removeValue(forKey: handle) else { return (nil, nil) }
+            return (file, handles.files.values.contains { $0.fileID == file.fileID } ? nil : file.fileID)
         }
+        if let follows = closed?.follows { localFiles.detachReader(follows.file) }
         // The file's last read handle: what was being fetched in the background for its random
         // readers stops.
         if let gone { blocks.readersGone(fileID: gone) }

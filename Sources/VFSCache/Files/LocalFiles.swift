@@ -25,6 +25,14 @@ final class LocalFile: @unchecked Sendable {
     var mtime: Date?
     /// Open handles that may write (create, or opened for writing).
     var writers = 0
+    /// Read handles of the server's bytes (`OpenFile`) that follow this file's local writes.
+    var readers = 0
+    /// The kernel's pages may hold bytes the path no longer shows (ours became a conflicted
+    /// copy): the next open must drop them (`VFS.pagesFollowLocalWrites`).
+    var kernelPagesStale = false
+    /// Periods of changes begun so far (`VFS.beginWriteAndFill`): a reader that opened the
+    /// server's bytes reads these local bytes once the count moved past the one it opened at.
+    var writePeriods: UInt64 = 0
     /// How far the file has been written contiguously from byte 0 (for streaming uploads);
     /// nil once a write broke the sequence.
     private(set) var sequentialPrefix: UInt64? = 0
@@ -150,10 +158,27 @@ final class LocalFiles: Sendable {
     func dropIfIdle(_ ino: InodeNumber) {
         state.withLock { state in
             guard let file = state.files[ino] else { return }
-            let idle = file.withLock { !file.writing && file.writers == 0 }
+            let idle = file.withLock { !file.writing && file.writers == 0 && file.readers == 0 }
             let open = state.handles.values.contains { $0.ino == ino }
             if idle && !open { state.files[ino] = nil }
         }
+    }
+
+    /// A read of the server's bytes opens: the file's record (made if needed, and kept while
+    /// the reader is open) and its periods of changes so far. Lock order: the registry's, then
+    /// the file's (as in `dropIfIdle`).
+    func attachReader(_ ino: InodeNumber) -> (LocalFile, periods: UInt64) {
+        state.withLock { state in
+            let file = state.files[ino] ?? LocalFile(ino: ino)
+            state.files[ino] = file
+            return (file, file.withLock { file.readers += 1; return file.writePeriods })
+        }
+    }
+
+    /// The reader attached by `attachReader` closed.
+    func detachReader(_ file: LocalFile) {
+        file.withLock { file.readers -= 1 }
+        dropIfIdle(file.ino)
     }
 
     func forget(_ ino: InodeNumber) { _ = state.withLock { $0.files.removeValue(forKey: ino) } }

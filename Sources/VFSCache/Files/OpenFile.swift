@@ -1,6 +1,8 @@
 /// `OpenFile`: the state of one open file handle. It pins the revision the file had at open
-/// (so every read of the handle sees one consistent version), and carries the handle's
-/// read-ahead detector and content-hash check, behind the handle's own lock.
+/// (so every read of the handle sees one consistent version, whatever other clients do), and
+/// carries the handle's read-ahead detector and content-hash check, behind the handle's own lock.
+/// Writes through this mount are not another client's: once a descriptor of the mount begins
+/// changing the file, the handle reads the mount's bytes, as on a local disk (`localBytes`).
 import Foundation
 import Synchronization
 
@@ -23,7 +25,13 @@ final class OpenFile: @unchecked Sendable {
 
     private let usesPieceDigests: Bool
 
-    init(ino: InodeNumber, path: String, fileID: String, file: Node.FileMetadata, verify: Bool, usesPieceDigests: Bool) {
+    /// The file's local record and its periods of changes when this handle opened (nil for the
+    /// write side's readers of the server's bytes, which follow local writes themselves).
+    let follows: (file: LocalFile, periodsAtOpen: UInt64)?
+
+    init(ino: InodeNumber, path: String, fileID: String, file: Node.FileMetadata, verify: Bool, usesPieceDigests: Bool,
+         follows: (file: LocalFile, periodsAtOpen: UInt64)? = nil) {
+        self.follows = follows
         self.ino = ino
         self.path = path
         self.fileID = fileID
@@ -34,6 +42,13 @@ final class OpenFile: @unchecked Sendable {
         if verify, let hash = file.contentHash, file.size > 0 {
             verifier = ContentVerifier(expected: hash, size: file.size, usesPieceDigests: usesPieceDigests)
         }
+    }
+
+    /// The mount's own bytes of the file, once a descriptor of the mount began changing it after
+    /// this handle opened (they may since be committed: the staging file still holds them).
+    func localBytes() -> StagingFile? {
+        guard let (local, periodsAtOpen) = follows else { return nil }
+        return local.withLock { local.writePeriods != periodsAtOpen ? local.staging : nil }
     }
 
     /// What a read tells about the handle's access pattern, and what to fetch for it.

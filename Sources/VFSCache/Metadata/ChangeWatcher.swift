@@ -310,9 +310,8 @@ public final class ChangeWatcher: Sendable {
         guard let recheck = applyBatch(changes, from: previous, cursor: cursor, since: stamp) else { return false }
         if !recheck.isEmpty {
             log.debug("looking up again what the feed said of \(recheck.count) paths whose change gave way to one of the mount's own")
-            vfs.metadata.refreshFromDropbox(recheck)
-            let inodes = vfs.metadata.locked { table in recheck.compactMap { table.resolve(path: $0) } }
-            if !inodes.isEmpty { sink.invalidate(inodes.map { .inode($0) }) }
+            let invalidations = vfs.metadata.refreshFromDropbox(recheck)
+            if !invalidations.isEmpty { sink.invalidate(invalidations) }
         }
         return true
     }

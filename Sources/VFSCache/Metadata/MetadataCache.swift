@@ -674,7 +674,9 @@ final class MetadataCache: @unchecked Sendable {
     /// whose source was gone). Nodes with local bytes (pending uploads) and the folders holding
     /// them stay; paths a newer local change touches are left to it. Best effort: a failed fetch
     /// leaves the tree as it is (logged).
-    func refreshFromDropbox(_ paths: [String]) {
+    @discardableResult
+    func refreshFromDropbox(_ paths: [String]) -> [KernelInvalidation] {
+        var invalidations: [KernelInvalidation] = []
         for path in paths {
             let stamp = fetchStamp()
             var entries: [RemoteEntry] = []
@@ -691,6 +693,7 @@ final class MetadataCache: @unchecked Sendable {
             }
             applyingFetched(since: stamp) { changed in
                 guard !changed.covers(path) else { return }
+                let before = table.resolve(path: path).flatMap { ino in table[ino].map { (ino: ino, node: $0) } }
                 let generation = table.newGeneration()
                 for entry in entries where !changed.covers(entry.pathDisplay) {
                     applyFetched(.upsert(entry), generation: generation)
@@ -698,8 +701,28 @@ final class MetadataCache: @unchecked Sendable {
                 if let ino = table.resolve(path: path) {
                     table.sweepSubtree(ino, olderThan: generation, sparing: table.subtrees(changed))
                 }
+                invalidations += Self.whatChanged(at: path, before: before, in: table)
             }
         }
+        return invalidations
+    }
+
+    /// What the kernel must forget of `path` after a refresh: nothing if its node is as it was
+    /// (a file with pending local bytes, say: telling the kernel would drop pages that hold a
+    /// write still on its way to us, `pagesFollowLocalWrites`), else its inode or its name.
+    private static func whatChanged(at path: String, before: (ino: InodeNumber, node: Node)?,
+                                    in table: InodeTable) -> [KernelInvalidation] {
+        let now = table.resolve(path: path)
+        guard let before else {
+            guard let now, let node = table[now] else { return [] }
+            return [.entry(parent: node.parent, name: node.name), .inode(node.parent)]
+        }
+        guard now == before.ino, let node = table[before.ino] else {
+            return [.deleted(parent: before.node.parent, child: before.ino, name: before.node.name), .inode(before.node.parent)]
+        }
+        // A folder's children may have changed under it: its listing is forgotten either way.
+        if node.isDirectory || node.kind != before.node.kind || node.name != before.node.name { return [.inode(before.ino)] }
+        return []
     }
 
     private static func listingErrno(_ error: RemoteError) -> Errno {
