@@ -794,6 +794,24 @@ import Testing
         #expect(try w.vfs.readAll(w.vfs.resolve("/D/theirs.txt")) == Array("theirs".utf8))
     }
 
+    /// The kernel is told when an undone operation's paths come back: it had been told the
+    /// folder was gone (a negative entry it would keep for its timeout). Before, the fetch after
+    /// an operation that did not go as planned changed the tree only.
+    @Test func anUndoneRmdirTellsTheKernelTheFolderIsBack() throws {
+        let remote = InMemoryRemote()
+        remote.externalMkdir("/D")
+        let w = try Writable(remote)
+        let sink = RecordingSink()
+        w.vfs.tellKernel(through: sink)
+        let dir = try w.vfs.resolve("/D")
+        try w.vfs.metadata.ensureListed(dir, maxAge: 0)
+        remote.externalWrite("/D/theirs.txt", "theirs")
+        try w.vfs.rmdir(parent: rootInode, name: "D")
+        _ = w.vfs.writeBack!.waitForAll(deadline: Date().addingTimeInterval(20), retryingHeld: true)
+        w.vfs.waitUntilIdle()
+        #expect(sink.all.contains(.entry(parent: rootInode, name: "D")), "\(sink.all)")
+    }
+
     /// The same when Dropbox's first page of the folder's listing is empty with more to come
     /// (dropbox/dropbox-sdk-java#281): the check read one page of one entry, found nothing, and
     /// sent the delete, which Dropbox carries out recursively: the other device's file was gone.

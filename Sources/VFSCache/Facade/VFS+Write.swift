@@ -959,7 +959,10 @@ extension VFS {
     private func namespaceSettled(_ sequence: UInt64, refresh: [String]) {
         metadata.settlePendingOperation(sequence)
         guard !refresh.isEmpty else { return }
-        refreshes.async { [metadata] in metadata.refreshFromDropbox(refresh) }
+        refreshes.async { [metadata, weak self] in
+            let invalidations = metadata.refreshFromDropbox(refresh)
+            if !invalidations.isEmpty { self?.kernelSink?.invalidate(invalidations) }
+        }
     }
 
     // MARK: Engine events

@@ -33,6 +33,8 @@ public final class VFS: FilesystemOperations, Sendable {
     /// Fetches of paths whose queued operation did not go as planned (VFS+Write.swift), off the
     /// engine's event queue.
     let refreshes = DispatchQueue(label: "dbxfs.namespace-refresh")
+    /// Where those fetches tell the kernel what changed (the mount's notifier, once it serves).
+    private let refreshSink = Mutex<(any CacheInvalidationSink)?>(nil)
     /// The `user.dropbox.shared_link` attribute's answers (SharedLinks.swift).
     let sharedLinks: SharedLinks
 
@@ -144,6 +146,15 @@ public final class VFS: FilesystemOperations, Sendable {
 
     /// Waits for read-ahead and disk-cache writes in flight, and for refreshes of paths after
     /// namespace operations (tests).
+    /// From now on, what a fetch after an operation that did not go as planned changes is told
+    /// to the kernel through `sink` (called on a queue of its own, never in a FUSE request).
+    public func tellKernel(through sink: any CacheInvalidationSink) {
+        refreshSink.withLock { $0 = sink }
+    }
+
+    /// The sink `tellKernel` connected.
+    var kernelSink: (any CacheInvalidationSink)? { refreshSink.withLock { $0 } }
+
     func waitUntilIdle() {
         blocks.waitUntilIdle()
         writeBack?.deliverPendingEvents()

@@ -250,6 +250,7 @@ struct MountBackend: CustomStringConvertible {
             vfs: vfs, offline: offline, sink: commandSink, logger: logger, pinned: pinned)
         backend.startChangeWatcher = { sink in
             commandSink.connect(sink)
+            vfs?.tellKernel(through: sink)
             feed?.start(sink: sink)
             pinned?.start()
         }
