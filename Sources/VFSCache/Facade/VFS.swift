@@ -144,8 +144,6 @@ public final class VFS: FilesystemOperations, Sendable {
                           nodes: metadata.nodeCount, openFiles: open.0, openDirectories: open.1)
     }
 
-    /// Waits for read-ahead and disk-cache writes in flight, and for refreshes of paths after
-    /// namespace operations (tests).
     /// From now on, what a fetch after an operation that did not go as planned changes is told
     /// to the kernel through `sink` (called on a queue of its own, never in a FUSE request).
     public func tellKernel(through sink: any CacheInvalidationSink) {
@@ -155,6 +153,8 @@ public final class VFS: FilesystemOperations, Sendable {
     /// The sink `tellKernel` connected.
     var kernelSink: (any CacheInvalidationSink)? { refreshSink.withLock { $0 } }
 
+    /// Waits for read-ahead and disk-cache writes in flight, and for refreshes of paths after
+    /// namespace operations (tests).
     func waitUntilIdle() {
         blocks.waitUntilIdle()
         writeBack?.deliverPendingEvents()
