@@ -62,6 +62,18 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
 }
 
 @Suite struct ChangeWatcherTests {
+    /// The seeded account behind a `SwitchableRemote` (for hooks), a mount of it, its watcher
+    /// after the first step, the watcher's sink, and the inode of /x.txt.
+    private func watchedWithHooks() throws -> (InMemoryRemote, SwitchableRemote, VFS, ChangeWatcher, RecordingSink, InodeNumber) {
+        let base = seeded()
+        let remote = SwitchableRemote(base)
+        let vfs = try makeVFS(remote)
+        let sink = RecordingSink()
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        try watcher.step()
+        return (base, remote, vfs, watcher, sink, try vfs.resolve("/x.txt"))
+    }
+
     private func seeded() -> InMemoryRemote {
         let remote = InMemoryRemote()
         remote.externalWrite("/docs/a.txt", "a")
@@ -160,12 +172,7 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
     /// mount went on showing the older version (test_no_silent_overwrite.py met it after a
     /// conflict). Such a path is looked up again.
     @Test func aRemoteChangeSkippedForAnOwnChangeIsLookedUpAgain() throws {
-        let base = seeded()
-        let remote = SwitchableRemote(base)
-        let vfs = try makeVFS(remote)
-        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil)
-        try watcher.step()
-        let x = try vfs.resolve("/x.txt")
+        let (base, remote, vfs, watcher, _, x) = try watchedWithHooks()
         // The mount's own commit of /x.txt: its entry is older than the other client's write.
         let ours = base.externalWrite("/x.txt", Array("ours".utf8))
         base.externalWrite("/x.txt", Array("theirs, later".utf8))
@@ -188,12 +195,7 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
     /// test's `truncate` fail with ENOENT on a file the mount itself had renamed onto another one
     /// (a move onto a file is its deletion, then the move).
     @Test func aPathDeletedAndMadeAgainIsNeverMissingBetweenPages() throws {
-        let base = seeded()
-        let remote = SwitchableRemote(base)
-        let vfs = try makeVFS(remote)
-        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil)
-        try watcher.step()
-        let x = try vfs.resolve("/x.txt")
+        let (base, remote, vfs, watcher, _, x) = try watchedWithHooks()
         base.externalDelete("/x.txt")
         base.externalWrite("/x.txt", "made again")
         base.feedPageSize = 1
@@ -220,13 +222,7 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
     /// to the mount (`pagesFollowLocalWrites`; hunt_reader_prefix.py read zeros where a write had
     /// been). Before, every path looked up again was invalidated.
     @Test func aRecheckThatChangesNothingTellsTheKernelNothing() throws {
-        let base = seeded()
-        let remote = SwitchableRemote(base)
-        let vfs = try makeVFS(remote)
-        let sink = RecordingSink()
-        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
-        try watcher.step()
-        let x = try vfs.resolve("/x.txt")
+        let (base, remote, vfs, watcher, sink, x) = try watchedWithHooks()
         base.externalWrite("/x.txt", "theirs")
         remote.afterContinue.withLock { hook in
             hook = { [vfs] in

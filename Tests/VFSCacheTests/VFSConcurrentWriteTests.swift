@@ -185,11 +185,7 @@ import Testing
     /// version it opened until the commit was shown (the judges' helper
     /// `hunt_reader_opened_before.py`: "fstat 30232, pread 30000").
     @Test func aReaderOpenedBeforeAnotherDescriptorWritesReadsTheWrite() throws {
-        let remote = InMemoryRemote()
-        remote.externalWrite("/f.bin", testBytes(30_000, seed: 1))
-        let w = try VFSWriteTests.Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
-        let reader = try w.vfs.open(ino, flags: .read)
+        let (_, w, ino, reader) = try openedForReading()
         #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
         let writer = try w.vfs.open(ino, flags: [.read, .write])
         try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
@@ -212,13 +208,10 @@ import Testing
     /// keep the kernel's pages: an open that drops them can drop a page holding a write still on
     /// its way to the mount, and a read then fills it from bytes without that write
     /// (`hunt_reader_prefix.py` read zeros where a write had been; `pagesFollowLocalWrites`).
-    /// Without such a writer, and after our bytes became a conflicted copy, they are dropped.
+    /// The first writer's open drops them (the server's version), and so does the first open
+    /// after our bytes became a conflicted copy.
     @Test func opensWhileTheMountWritesKeepTheKernelsPages() throws {
-        let remote = InMemoryRemote()
-        remote.externalWrite("/f.bin", testBytes(30_000, seed: 1))
-        let w = try VFSWriteTests.Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
-        let first = try w.vfs.open(ino, flags: .read)
+        let (remote, w, ino, first) = try openedForReading()
         let writer = try w.vfs.open(ino, flags: [.read, .write])
         #expect(!writer.keepCache, "the first writer's open must drop pages of the server's version")
         try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
@@ -228,23 +221,30 @@ import Testing
         #expect(secondWriter.keepCache)
         try VFSWriteTests().close(w.vfs, ino, secondWriter.handle)
         w.vfs.release(ino, handle: during.handle)
+        // Another client changes the file before our bytes are committed: ours become a
+        // conflicted copy while the writer is still open, and the pages are no longer the file's,
+        // also once the writer writes again (on their version).
+        remote.externalWrite("/f.bin", testBytes(500, seed: 3))
+        try w.vfs.fsync(ino, handle: writer.handle)
+        w.vfs.waitUntilIdle()
+        #expect(remote.allPaths().contains { $0.contains("conflicted copy") }, "\(remote.allPaths())")
+        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 0, testBytes(10, seed: 4))
+        let afterConflict = try w.vfs.open(ino, flags: .read)
+        #expect(!afterConflict.keepCache)
+        // That open dropped them; the writer's later writes go through the page cache again.
+        let next = try w.vfs.open(ino, flags: .read)
+        #expect(next.keepCache)
+        w.vfs.release(ino, handle: next.handle)
+        w.vfs.release(ino, handle: afterConflict.handle)
         try VFSWriteTests().close(w.vfs, ino, writer.handle)
         w.sync()
-        // Committed, no writer open: nothing in flight, the next open drops them as before.
-        let after = try w.vfs.open(ino, flags: .read)
-        #expect(!after.keepCache)
-        w.vfs.release(ino, handle: after.handle)
         w.vfs.release(ino, handle: first.handle)
     }
 
     /// A reader follows the mount's own writes, never another client's: a change made elsewhere
     /// after it opened is not what it reads (docs/SEMANTICS.md, "Reading").
     @Test func aReaderOpenedBeforeAnotherClientsChangeKeepsReadingItsVersion() throws {
-        let remote = InMemoryRemote()
-        remote.externalWrite("/f.bin", testBytes(30_000, seed: 1))
-        let w = try VFSWriteTests.Writable(remote)
-        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
-        let reader = try w.vfs.open(ino, flags: .read)
+        let (remote, w, ino, reader) = try openedForReading()
         // (Read once first: the fake keeps no old revisions to download.)
         #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
         remote.externalWrite("/f.bin", testBytes(500, seed: 3))
@@ -267,6 +267,15 @@ import Testing
         try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
         return (ino, commits)
+    }
+
+    /// `/f.bin` on Dropbox (30,000 bytes) and open for reading on a writable mount.
+    private func openedForReading() throws -> (InMemoryRemote, VFSWriteTests.Writable, InodeNumber, OpenReply) {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(30_000, seed: 1))
+        let w = try VFSWriteTests.Writable(remote)
+        let ino = try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.ino
+        return (remote, w, ino, try w.vfs.open(ino, flags: .read))
     }
 
     /// `/f.bin`, made and open for reading and writing: its inode and the handle.

@@ -7,6 +7,7 @@ write had been, read through a long-lived descriptor after a fresh open dropped 
 pages while the write was on its way). With and without passthrough. Mounts are always
 unmounted (mount_support.Mount)."""
 
+import contextlib
 import ctypes
 import mmap
 import multiprocessing
@@ -22,38 +23,42 @@ from mount_support import TOKEN, Emulator, Mount, dropbox_args, dropbox_env
 MODES = {"passthrough": (), "no-passthrough": ("--no-passthrough",)}
 
 
-def synced_file(binary, mnt, data):
-    (mnt / "f").write_bytes(data)
-    subprocess.run([binary, "sync", str(mnt)], check=True, capture_output=True, timeout=120)
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_a_reader_opened_before_a_write_reads_it(dbxfs_binary, tmp_path, mode):
+@contextlib.contextmanager
+def mounted_with_file(binary, tmp_path, mode, data):
+    """An emulator and a mount of it (with or without passthrough) holding file `f` with `data`,
+    synced to Dropbox; yields the Mount and its mountpoint."""
     emu = Emulator(tmp_path / "emulator", token=TOKEN).start()
     try:
         mnt = tmp_path / "mnt"
         mnt.mkdir()
-        with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache", *MODES[mode]), env=dropbox_env()) as m:
-            base, more = os.urandom(30_000), os.urandom(232)
-            synced_file(dbxfs_binary, mnt, base)
-            reader = os.open(mnt / "f", os.O_RDONLY)
-            writer = -1
-            try:
-                assert os.pread(reader, 100_000, 0) == base
-                writer = os.open(mnt / "f", os.O_RDWR)
-                os.pwrite(writer, more, 30_000)
-                os.fsync(writer)
-                for step in range(3):   # at once, and after the commit
-                    size, data = os.fstat(reader).st_size, os.pread(reader, 100_000, 0)
-                    assert (size, len(data)) == (30_232, 30_232) and data == base + more, \
-                        f"step {step}: fstat {size}, pread {len(data)} bytes\n" + m.read_log()
-                    time.sleep(1)
-            finally:
-                os.close(reader)
-                if writer >= 0:
-                    os.close(writer)
+        with Mount(binary, mnt, dropbox_args(emu, tmp_path / "cache", *MODES[mode]), env=dropbox_env()) as m:
+            (mnt / "f").write_bytes(data)
+            subprocess.run([binary, "sync", str(mnt)], check=True, capture_output=True, timeout=120)
+            yield m, mnt
     finally:
         emu.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reader_opened_before_a_write_reads_it(dbxfs_binary, tmp_path, mode):
+    base, more = os.urandom(30_000), os.urandom(232)
+    with mounted_with_file(dbxfs_binary, tmp_path, mode, base) as (m, mnt):
+        reader = os.open(mnt / "f", os.O_RDONLY)
+        writer = -1
+        try:
+            assert os.pread(reader, 100_000, 0) == base
+            writer = os.open(mnt / "f", os.O_RDWR)
+            os.pwrite(writer, more, 30_000)
+            os.fsync(writer)
+            for step in range(3):   # at once, and after the commit
+                size, data = os.fstat(reader).st_size, os.pread(reader, 100_000, 0)
+                assert (size, len(data)) == (30_232, 30_232) and data == base + more, \
+                    f"step {step}: fstat {size}, pread {len(data)} bytes\n" + m.read_log()
+                time.sleep(1)
+        finally:
+            os.close(reader)
+            if writer >= 0:
+                os.close(writer)
 
 
 # The racing readers: one process changes the file by ftruncate (shrinking) and small pwrites that
@@ -147,30 +152,23 @@ def check_reads(path, shared, seconds, seed, report):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_readers_racing_a_writer_see_only_states_the_file_had(dbxfs_binary, tmp_path, mode):
-    emu = Emulator(tmp_path / "emulator", token=TOKEN).start()
-    try:
-        mnt = tmp_path / "mnt"
-        mnt.mkdir()
-        with Mount(dbxfs_binary, mnt, dropbox_args(emu, tmp_path / "cache", *MODES[mode]), env=dropbox_env()) as m:
-            synced_file(dbxfs_binary, mnt, PATTERN[:30_000])
-            shared = mmap.mmap(-1, 8 * (SLOTS + 2))
-            sizes = (ctypes.c_int64 * (SLOTS + 2)).from_buffer(shared)
-            sizes[0], sizes[1] = 0, 30_000
-            context = multiprocessing.get_context("fork")
-            report = tmp_path / "reader-report"
-            seconds = float(os.environ.get("DBXFS_READER_RACE_SECONDS", "15"))
-            writer = context.Process(target=race_writer, args=(str(mnt / "f"), shared, seconds, 1))
-            reader = context.Process(target=race_reader, args=(str(mnt / "f"), shared, seconds, 2, str(report)))
-            writer.start()
-            reader.start()
-            writer.join(seconds + 120)
-            reader.join(seconds + 120)
-            for process in (writer, reader):
-                if process.is_alive():
-                    process.kill()
-            outcome = report.read_text() if report.exists() else f"the reader reported nothing (exit {reader.exitcode})"
-            del sizes
-            assert writer.exitcode == 0, f"the writer failed (exit {writer.exitcode}): fstat disagreed with its own size"
-            assert outcome.startswith("ok: ") and reader.exitcode == 0, outcome + "\n" + m.read_log()
-    finally:
-        emu.stop()
+    with mounted_with_file(dbxfs_binary, tmp_path, mode, PATTERN[:30_000]) as (m, mnt):
+        shared = mmap.mmap(-1, 8 * (SLOTS + 2))
+        sizes = (ctypes.c_int64 * (SLOTS + 2)).from_buffer(shared)
+        sizes[0], sizes[1] = 0, 30_000
+        context = multiprocessing.get_context("fork")
+        report = tmp_path / "reader-report"
+        seconds = float(os.environ.get("DBXFS_READER_RACE_SECONDS", "15"))
+        writer = context.Process(target=race_writer, args=(str(mnt / "f"), shared, seconds, 1))
+        reader = context.Process(target=race_reader, args=(str(mnt / "f"), shared, seconds, 2, str(report)))
+        writer.start()
+        reader.start()
+        writer.join(seconds + 120)
+        reader.join(seconds + 120)
+        for process in (writer, reader):
+            if process.is_alive():
+                process.kill()
+        outcome = report.read_text() if report.exists() else f"the reader reported nothing (exit {reader.exitcode})"
+        del sizes
+        assert writer.exitcode == 0, f"the writer failed (exit {writer.exitcode}): fstat disagreed with its own size"
+        assert outcome.startswith("ok: ") and reader.exitcode == 0, outcome + "\n" + m.read_log()

@@ -152,6 +152,7 @@ extension VFS {
         localFiles.add(handle, as: id)
         // The kernel must not keep pages of an earlier version across this open, but must keep
         // those of a write in flight (`pagesFollowLocalWrites`).
+        if !keepPages { kernelDropsPages(of: file) }
         return kernelWritable(OpenReply(handle: id, keepCache: keepPages), backing)
     }
 
@@ -165,11 +166,12 @@ extension VFS {
     /// (`hunt_reader_prefix.py`: zeros where a write had been, read through another descriptor).
     func pagesFollowLocalWrites(_ file: LocalFile) -> Bool {
         let (writers, stale) = file.withLock { (file.writers, file.kernelPagesStale) }
-        guard !stale else {
-            file.withLock { file.kernelPagesStale = false }   // this open drops them
-            return false
-        }
-        return writers > file.kernelWriters.withLock { $0.count }
+        return !stale && writers > file.kernelWriters.withLock { $0.count }
+    }
+
+    /// An open of the file is answered with keep_cache off: the kernel drops its pages.
+    func kernelDropsPages(of file: LocalFile?) {
+        file?.withLock { file!.kernelPagesStale = false }
     }
 
     /// `reply` offering `staging` to the kernel for the open's writes (FUSE passthrough), except

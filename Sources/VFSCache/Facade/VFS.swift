@@ -313,6 +313,7 @@ public final class VFS: FilesystemOperations, Sendable {
         // way, if the rev is the mount's own commit (`pagesFollowLocalWrites`).
         let ownPages = reader.map { pagesFollowLocalWrites($0.0) } == true && writeBack?.isOwnCommit(path: path, rev: file.rev) == true
         let keepCache = metadata.noteOpened(ino, rev: file.rev) || ownPages
+        if !keepCache { kernelDropsPages(of: reader?.0) }
         let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
                                 usesPieceDigests: blocks.usesPieceDigests, follows: reader.map { ($0.0, $0.periods) })
         readerKept = true
