@@ -297,7 +297,7 @@ public final class VFS: FilesystemOperations, Sendable {
         // is followed too; detached again if this open does not become such a reader.
         let reader = writeBack != nil && flags.isDisjoint(with: [.write, .truncate, .append]) ? localFiles.attachReader(ino) : nil
         var readerKept = false
-        defer { if !readerKept, let reader { localFiles.detachReader(reader.0) } }
+        defer { if !readerKept, let reader { localFiles.detachReader(reader.file) } }
         // Opens for writing, and reads of files with local bytes, are the write side's.
         if let reply = try openLocal(ino, flags: flags) { return reply }
         let node = try metadata.refreshedNode(ino)
@@ -311,11 +311,11 @@ public final class VFS: FilesystemOperations, Sendable {
         }
         // A writer of the mount's own is open: the pages are of its writes, maybe still on their
         // way, if the rev is the mount's own commit (`pagesFollowLocalWrites`).
-        let ownPages = reader.map { pagesFollowLocalWrites($0.0) } == true && writeBack?.isOwnCommit(path: path, rev: file.rev) == true
+        let ownPages = reader.map { pagesFollowLocalWrites($0.file) } == true && writeBack?.isOwnCommit(path: path, rev: file.rev) == true
         let keepCache = metadata.noteOpened(ino, rev: file.rev) || ownPages
-        if !keepCache { kernelDropsPages(of: reader?.0) }
+        if !keepCache { kernelDropsPages(of: reader?.file) }
         let openFile = OpenFile(ino: ino, path: path, fileID: fileID, file: file, verify: config.verifyContentHash,
-                                usesPieceDigests: blocks.usesPieceDigests, follows: reader.map { ($0.0, $0.periods) })
+                                usesPieceDigests: blocks.usesPieceDigests, follows: reader.map { ($0.file, $0.periods) })
         readerKept = true
         let handle = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0.files[handle] = openFile }

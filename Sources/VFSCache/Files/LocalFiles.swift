@@ -167,7 +167,7 @@ final class LocalFiles: Sendable {
     /// A read of the server's bytes opens: the file's record (made if needed, and kept while
     /// the reader is open) and its periods of changes so far. Lock order: the registry's, then
     /// the file's (as in `dropIfIdle`).
-    func attachReader(_ ino: InodeNumber) -> (LocalFile, periods: UInt64) {
+    func attachReader(_ ino: InodeNumber) -> (file: LocalFile, periods: UInt64) {
         state.withLock { state in
             let file = state.files[ino] ?? LocalFile(ino: ino)
             state.files[ino] = file
