@@ -57,11 +57,37 @@ import VFSCache
         #expect(retrying.lastError == "Dropbox is failing (HTTP 503: injected fault); try again later")
         #expect((retrying.nextRetryAt?.timeIntervalSinceNow ?? 0) > 20)
 
+        #expect(monitor.report(now: Date().addingTimeInterval(2)).state == "online")
+
         offline.set(offline: true, reason: "cannot reach Dropbox: Couldn't connect to server")
         offline.noteNextProbe(at: Date().addingTimeInterval(2))
         let down = monitor.report()
         #expect(down.state == "offline" && down.since != nil)
         #expect(down.message?.hasPrefix("cannot reach Dropbox: Couldn't connect to server. Cached files can be read") == true)
         #expect((down.nextRetryAt?.timeIntervalSinceNow ?? 0) < 5)
+    }
+
+    /// Every call failing (5xx, no answer) for a few seconds with none answered is offline for a
+    /// person, also before the change watcher notices: its long-poll may wait two minutes before
+    /// it fails, and status said "online" meanwhile (CI: test_status.py's
+    /// `…under_server_failures…`, "connection online, next try in 7 s; last error …503…"). One
+    /// success ends it; rate limits are not it (Dropbox answers, and asks to wait).
+    @Test func callsFailingForSecondsWithNoneAnsweredAreOffline() {
+        let log = Lines()
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: log.logger)
+        let start = Date()
+        monitor.willRetry(after: .server(status: 503, message: "injected fault"), in: 7)
+        monitor.failed(.transport(code: 7, message: "Couldn't connect to server"))
+        let failing = monitor.report(now: start.addingTimeInterval(ConnectionMonitor.failingAfter + 1))
+        #expect(failing.state == "offline", "\(failing)")
+        #expect(failing.since.map { $0 >= start && $0 <= start.addingTimeInterval(1) } == true)
+        #expect(failing.message?.contains("Couldn't connect to server") == true, "\(failing.message ?? "")")
+        #expect(!log.all.contains { $0.contains("offline") }, "logged before the period was long enough: \(log.all)")
+        monitor.succeeded()
+        #expect(monitor.report(now: Date().addingTimeInterval(60)).state == "online")
+
+        let limited = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: Lines().logger)
+        limited.willRetry(after: .rateLimited(reason: "too_many_requests", retryAfter: 5), in: 5)
+        #expect(limited.report(now: Date().addingTimeInterval(60)).state == "online")
     }
 }

@@ -23,7 +23,16 @@ final class ConnectionMonitor: RequestObserver, Sendable {
         var lastErrorAt: Date?
         var nextRetryAt: Date?
         var polling = false
+        /// The first failure to reach Dropbox (5xx, no answer) since the last answered call.
+        var failingSince: Date?
+        /// The log has said this period of failures makes the mount offline.
+        var failingLogged = false
     }
+
+    /// Seconds of calls failing with none answered after which status says offline, before
+    /// the change watcher may notice (its long-poll can wait two minutes to fail). The
+    /// watcher's own rule (ChangeWatcher.Options.offlineAfter) is as long.
+    static let failingAfter: Double = 3
 
     /// How the person at the machine restores access, e.g. "run 'dbxfs auth --profile work'; the
     /// mount picks it up without a remount".
@@ -77,11 +86,15 @@ final class ConnectionMonitor: RequestObserver, Sendable {
 
     func succeeded() {
         guard troubled.load(ordering: .relaxed) else { return }
-        let wasRefused = state.withLock { state -> Bool in
-            defer { state.refusedSince = nil; state.refusedBecause = nil; state.nextRetryAt = nil }
-            return state.refusedSince != nil
+        let (wasRefused, wasFailing) = state.withLock { state -> (Bool, Bool) in
+            defer {
+                state.refusedSince = nil; state.refusedBecause = nil; state.nextRetryAt = nil
+                state.failingSince = nil; state.failingLogged = false
+            }
+            return (state.refusedSince != nil, state.failingLogged)
         }
         troubled.store(false, ordering: .relaxed)
+        if wasFailing { log.info("Dropbox answers again") }
         if wasRefused {
             log.warning("Dropbox accepts this mount's access again; held uploads resume")
             hooks.withLock { $0.resume }?()
@@ -90,10 +103,25 @@ final class ConnectionMonitor: RequestObserver, Sendable {
 
     private func note(_ error: DropboxError, retryAt: Date?) {
         troubled.store(true, ordering: .relaxed)
-        state.withLock { state in
+        let unreachable: Bool
+        switch error {
+        case .server, .transport: unreachable = true
+        default: unreachable = false
+        }
+        let failingFor = state.withLock { state -> Double? in
+            let now = Date()
             state.lastError = "\(error)"
-            state.lastErrorAt = Date()
+            state.lastErrorAt = now
             state.nextRetryAt = retryAt
+            guard unreachable else { return nil }
+            let since = state.failingSince ?? now
+            state.failingSince = since
+            guard !state.failingLogged, now.timeIntervalSince(since) >= Self.failingAfter else { return nil }
+            state.failingLogged = true
+            return now.timeIntervalSince(since)
+        }
+        if let failingFor {
+            log.warning("offline: Dropbox has answered no call for \(Int(failingFor)) s (\(error)); retrying. " + Self.offlineRules)
         }
     }
 
@@ -138,8 +166,7 @@ final class ConnectionMonitor: RequestObserver, Sendable {
 
     // MARK: For status
 
-    func report(uploadsPausedUntil: Date? = nil) -> ConnectionReport {
-        let now = Date()
+    func report(uploadsPausedUntil: Date? = nil, now: Date = Date()) -> ConnectionReport {
         let snapshot = state.withLock { $0 }
         var nextRetry = [snapshot.nextRetryAt, uploadsPausedUntil].compactMap { $0 }.filter { $0 > now }.min()
         if let refusedSince = snapshot.refusedSince, let reason = snapshot.refusedBecause {
@@ -152,8 +179,21 @@ final class ConnectionMonitor: RequestObserver, Sendable {
                                     message: "\(offline.reason ?? "Dropbox cannot be reached"). " + Self.offlineRules,
                                     lastError: snapshot.lastError, lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
         }
+        if let since = snapshot.failingSince, now.timeIntervalSince(since) >= Self.failingAfter {
+            return ConnectionReport(state: "offline", since: since,
+                                    message: "Dropbox has answered no call since \(Self.clock(since)) (\(snapshot.lastError ?? "no answer")). "
+                                        + Self.offlineRules,
+                                    lastError: snapshot.lastError, lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
+        }
         return ConnectionReport(state: "online", since: nil, message: nil, lastError: snapshot.lastError,
                                 lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
+    }
+
+    /// "11:43:20", local time, for a message.
+    private static func clock(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "HH:mm:ss"
+        return formatter.string(from: date)
     }
 
     /// What works while offline (docs/SEMANTICS.md, "Remote changes, remounts and offline").
