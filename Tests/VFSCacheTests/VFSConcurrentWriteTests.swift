@@ -241,6 +241,51 @@ import Testing
         w.vfs.release(ino, handle: first.handle)
     }
 
+    /// A reader that read the mount's bytes keeps reading them when they become a conflicted copy
+    /// (or a restore replaces them): it never goes back to the version it opened, which was
+    /// never current again (docs/SEMANTICS.md, "Conflicts": reads through a descriptor that read
+    /// our pending bytes return those).
+    @Test func aReaderThatReadOurBytesKeepsThemWhenTheyBecomeAConflictedCopy() throws {
+        let (remote, w, ino, reader) = try openedForReading()
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
+        let ours = testBytes(30_000, seed: 1) + testBytes(232, seed: 2)
+        let writer = try w.vfs.open(ino, flags: [.read, .write])
+        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000) == ours)
+        remote.externalWrite("/f.bin", testBytes(500, seed: 3))
+        try w.vfs.fsync(ino, handle: writer.handle)
+        w.vfs.waitUntilIdle()
+        #expect(remote.allPaths().contains { $0.contains("conflicted copy") }, "\(remote.allPaths())")
+        let afterConflict = try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000)
+        #expect(afterConflict == ours, "the reader read \(afterConflict.count) bytes, not the 30232 it had read")
+        try VFSWriteTests().close(w.vfs, ino, writer.handle)
+        w.sync()
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000) == ours)
+        w.vfs.release(ino, handle: reader.handle)
+    }
+
+    /// The same when `dbxfs restore` replaces our committed bytes: the reader that read them goes
+    /// on with them, as with another client's change after it opened.
+    @Test func aReaderThatReadOurBytesKeepsThemWhenARestoreReplacesThem() throws {
+        let (remote, w, ino, reader) = try openedForReading()
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
+        let ours = testBytes(30_000, seed: 1) + testBytes(232, seed: 2)
+        let writer = try w.vfs.open(ino, flags: [.read, .write])
+        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
+        try VFSWriteTests().close(w.vfs, ino, writer.handle)
+        w.sync()
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000) == ours)
+        _ = try w.vfs.restoreRevision(at: "/f.bin", replacing: true) { () throws(RemoteError) -> RemoteEntry in
+            remote.externalWrite("/f.bin", testBytes(30_000, seed: 1))
+        }
+        let afterRestore = try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000)
+        #expect(afterRestore == ours, "the reader read \(afterRestore.count) bytes, not the 30232 it had read")
+        let fresh = try w.vfs.open(ino, flags: .read)
+        #expect(try w.vfs.read(ino, handle: fresh.handle, offset: 0, size: 40_000) == testBytes(30_000, seed: 1))
+        w.vfs.release(ino, handle: fresh.handle)
+        w.vfs.release(ino, handle: reader.handle)
+    }
+
     /// A reader follows the mount's own writes, never another client's: a change made elsewhere
     /// after it opened is not what it reads (docs/SEMANTICS.md, "Reading").
     @Test func aReaderOpenedBeforeAnotherClientsChangeKeepsReadingItsVersion() throws {

@@ -7,7 +7,7 @@ import Foundation
 import Synchronization
 
 final class OpenFile: @unchecked Sendable {
-    // @unchecked: the `let`s are immutable; `readAhead` and `verifier` only touched under `lock`.
+    // @unchecked: the `let`s are immutable; `readAhead`, `verifier` and `followed` only touched under `lock`.
     let ino: InodeNumber
     let path: String
     let fileID: String
@@ -44,11 +44,22 @@ final class OpenFile: @unchecked Sendable {
         }
     }
 
+    /// The staging file this handle last read the mount's bytes from. Kept (its descriptor keeps
+    /// the bytes readable) for when the file lets it go: our version became a conflicted copy,
+    /// or a restore replaced it. The handle read those bytes, so it goes on reading them rather
+    /// than going back to the version it opened (docs/SEMANTICS.md, "Conflicts").
+    private var followed: StagingFile?
+
     /// The mount's own bytes of the file, once a descriptor of the mount began changing it after
     /// this handle opened (they may since be committed: the staging file still holds them).
     func localBytes() -> StagingFile? {
         guard let (local, periodsAtOpen) = follows else { return nil }
-        return local.withLock { local.writePeriods != periodsAtOpen ? local.staging : nil }
+        // Lock order: the handle's lock, then the file's (nothing takes them the other way).
+        lock.lock(); defer { lock.unlock() }
+        if let current = local.withLock({ local.writePeriods != periodsAtOpen ? local.staging : nil }) {
+            followed = current
+        }
+        return followed
     }
 
     /// What a read tells about the handle's access pattern, and what to fetch for it.
