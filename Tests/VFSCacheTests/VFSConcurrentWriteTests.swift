@@ -246,11 +246,7 @@ import Testing
     /// never current again (docs/SEMANTICS.md, "Conflicts": reads through a descriptor that read
     /// our pending bytes return those).
     @Test func aReaderThatReadOurBytesKeepsThemWhenTheyBecomeAConflictedCopy() throws {
-        let (remote, w, ino, reader) = try openedForReading()
-        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
-        let ours = testBytes(30_000, seed: 1) + testBytes(232, seed: 2)
-        let writer = try w.vfs.open(ino, flags: [.read, .write])
-        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
+        let (remote, w, ino, reader, writer) = try readerThenAnotherDescriptorWrites()
         #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000) == ours)
         remote.externalWrite("/f.bin", testBytes(500, seed: 3))
         try w.vfs.fsync(ino, handle: writer.handle)
@@ -267,11 +263,7 @@ import Testing
     /// The same when `dbxfs restore` replaces our committed bytes: the reader that read them goes
     /// on with them, as with another client's change after it opened.
     @Test func aReaderThatReadOurBytesKeepsThemWhenARestoreReplacesThem() throws {
-        let (remote, w, ino, reader) = try openedForReading()
-        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
-        let ours = testBytes(30_000, seed: 1) + testBytes(232, seed: 2)
-        let writer = try w.vfs.open(ino, flags: [.read, .write])
-        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
+        let (remote, w, ino, reader, writer) = try readerThenAnotherDescriptorWrites()
         try VFSWriteTests().close(w.vfs, ino, writer.handle)
         w.sync()
         #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000) == ours)
@@ -312,6 +304,19 @@ import Testing
         try VFSWriteTests().close(w.vfs, ino, handle)
         w.sync()
         return (ino, commits)
+    }
+
+    /// The bytes `readerThenAnotherDescriptorWrites` leaves the file with.
+    private let ours = testBytes(30_000, seed: 1) + testBytes(232, seed: 2)
+
+    /// `openedForReading`, read whole once, then another descriptor of the mount appends 232
+    /// bytes (still open for writing).
+    private func readerThenAnotherDescriptorWrites() throws -> (InMemoryRemote, VFSWriteTests.Writable, InodeNumber, OpenReply, OpenReply) {
+        let (remote, w, ino, reader) = try openedForReading()
+        #expect(try w.vfs.read(ino, handle: reader.handle, offset: 0, size: 40_000).count == 30_000)
+        let writer = try w.vfs.open(ino, flags: [.read, .write])
+        try VFSWriteTests().write(w.vfs, ino, writer.handle, at: 30_000, testBytes(232, seed: 2))
+        return (remote, w, ino, reader, writer)
     }
 
     /// `/f.bin` on Dropbox (30,000 bytes) and open for reading on a writable mount.
