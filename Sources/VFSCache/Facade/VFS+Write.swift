@@ -171,7 +171,8 @@ extension VFS {
 
     /// An open of the file is answered with keep_cache off: the kernel drops its pages.
     func kernelDropsPages(of file: LocalFile?) {
-        file?.withLock { file!.kernelPagesStale = false }
+        guard let file else { return }
+        file.withLock { file.kernelPagesStale = false }
     }
 
     /// `reply` offering `staging` to the kernel for the open's writes (FUSE passthrough), except

@@ -278,7 +278,8 @@ enum StatusRenderer {
         return seconds < 86_400 ? "at \(time(date))" : "later"
     }
 
-    private static func time(_ date: Date) -> String {
+    /// "21:04:05", local time (also the connection monitor's messages).
+    static func time(_ date: Date) -> String {
         var seconds = time_t(date.timeIntervalSince1970)
         var parts = tm()
         localtime_r(&seconds, &parts)

@@ -181,19 +181,12 @@ final class ConnectionMonitor: RequestObserver, Sendable {
         }
         if let since = snapshot.failingSince, now.timeIntervalSince(since) >= Self.failingAfter {
             return ConnectionReport(state: "offline", since: since,
-                                    message: "Dropbox has answered no call since \(Self.clock(since)) (\(snapshot.lastError ?? "no answer")). "
+                                    message: "Dropbox has answered no call since \(StatusRenderer.time(since)) (\(snapshot.lastError ?? "no answer")). "
                                         + Self.offlineRules,
                                     lastError: snapshot.lastError, lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
         }
         return ConnectionReport(state: "online", since: nil, message: nil, lastError: snapshot.lastError,
                                 lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
-    }
-
-    /// "11:43:20", local time, for a message.
-    private static func clock(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.dateFormat = "HH:mm:ss"
-        return formatter.string(from: date)
     }
 
     /// What works while offline (docs/SEMANTICS.md, "Remote changes, remounts and offline").
