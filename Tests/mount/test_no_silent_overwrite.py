@@ -170,8 +170,10 @@ def test_a_file_written_on_both_sides_at_once_keeps_every_last_version(dbxfs_bin
                 _, done, data = remote[name][-1]
                 seen_then_replaced = any(seen == data for _, _, _, seen in local[name])
                 if data not in contents and not seen_then_replaced:
-                    problems.append(f"{name}: the other client's last write ({data[:24]!r}, done at {done:.3f}) is gone "
-                                    f"though no local write saw it; kept: {sorted(kept)}")
+                    history = "".join(f"\n  local write opened {opened:.3f}, closed {closed:.3f}, saw {seen[:24] if seen else None!r} "
+                                      f"({len(seen or b'')} bytes)" for opened, closed, _, seen in local[name])
+                    problems.append(f"{name}: the other client's last write ({data[:24]!r}, {len(data)} bytes, done at {done:.3f}) "
+                                    f"is gone though no local write saw it; kept: {sorted(kept)}{history}")
         copies = [entry for entry in on_dropbox if entry not in names and ".moved-" not in entry]
         print(f"seed {seed}: {len(copies)} conflicted copies, {sum(map(len, local.values()))} local and "
               f"{sum(map(len, remote.values()))} remote writes, {sum(map(len, moved.values()))} moves")
