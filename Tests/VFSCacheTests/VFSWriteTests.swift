@@ -246,6 +246,140 @@ import Testing
         #expect(try w.vfs.lookup(parent: folder, name: "f.bin").attributes.size == 1000)
     }
 
+    /// Edited here, deleted elsewhere, in the moment the edit begins: a truncate through an open
+    /// fills the new staging file from Dropbox first, and the tree marked the file as holding
+    /// local bytes only after that fill. Another client's delete applied by the feed meanwhile
+    /// took the node out of the tree, the truncate returned all the same, and the open's next
+    /// write failed with ENOENT (clean-clone CI of d8b2dfd, test_no_silent_overwrite.py seed 1);
+    /// a close without a write would have lost the truncate. The edit wins, as one begun a
+    /// moment earlier does.
+    @Test func aDeleteElsewhereAppliedWhileATruncateFillsTheFileLeavesTheEditStanding() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1000, seed: 71)
+        remote.externalWrite("/d/f.bin", old)
+        let observed = ObservedRemote(remote)
+        let w = try Writable(observed)
+        let ino = try w.vfs.resolve("/d/f.bin")
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        let gate = DispatchSemaphore(value: 0)
+        observed.holdAfter.withLock { $0 = (bytes: 10, gate: gate) }
+        let truncated = DispatchSemaphore(value: 0)
+        let outcome = Mutex<String>("not run")
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            defer { truncated.signal() }
+            do {
+                _ = try vfs.setattr(ino, changes: AttributeChanges(size: 500), handle: handle)
+                outcome.withLock { $0 = "ok" }
+            } catch { outcome.withLock { $0 = "\(error)" } }
+        }
+        // The fill is downloading the old bytes: the other client deletes, and the feed says so.
+        #expect(eventually { !observed.downloadedRanges.isEmpty })
+        remote.externalDelete("/d/f.bin")
+        _ = w.vfs.metadata.applyFeed([.deleted(pathLower: "/d/f.bin", pathDisplay: "/d/f.bin")], cursor: "after-delete",
+                                     since: w.vfs.metadata.fetchStamp())
+        observed.holdAfter.withLock { $0 = nil }
+        gate.signal()
+        #expect(truncated.wait(timeout: .now() + 20) == .success)
+        #expect(outcome.withLock { $0 } == "ok")
+        let patch = testBytes(10, seed: 72)
+        try write(w.vfs, ino, handle, at: 0, patch)
+        try close(w.vfs, ino, handle)
+        w.sync()
+        #expect(remote.content("/d/f.bin") == patch + Array(old[10..<500]))
+        #expect(try w.vfs.lookup(parent: try w.vfs.resolve("/d"), name: "f.bin").attributes.size == 500)
+    }
+
+    /// The same delete, when the fill then fails (Dropbox unreachable): the write fails (EIO)
+    /// and the file mirrors Dropbox again. The delete was left to an edit that never came, so
+    /// the path is fetched again: the tree must not go on showing a file Dropbox no longer has.
+    @Test func aDeleteLeftToAnEditWhoseFillFailedIsShownAfterAll() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/d/f.bin", testBytes(1000, seed: 73))
+        let failing = FailingRemote(remote)
+        let w = try Writable(failing) { $0.directoryTTL = 600 }
+        let folder = try w.vfs.resolve("/d")
+        let ino = try w.vfs.lookup(parent: folder, name: "f.bin").attributes.ino
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        let reached = DispatchSemaphore(value: 0), gate = DispatchSemaphore(value: 0)
+        failing.setRule { name, _ in
+            guard name == "download" else { return nil }
+            reached.signal()
+            gate.wait()
+            return .unavailable("unreachable (test)")
+        }
+        let truncated = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Errno?>(nil)
+        DispatchQueue.global().async { [vfs = w.vfs] in
+            defer { truncated.signal() }
+            do throws(Errno) { _ = try vfs.setattr(ino, changes: AttributeChanges(size: 500), handle: handle) } catch {
+                outcome.withLock { $0 = error }
+            }
+        }
+        #expect(reached.wait(timeout: .now() + 20) == .success)
+        remote.externalDelete("/d/f.bin")
+        _ = w.vfs.metadata.applyFeed([.deleted(pathLower: "/d/f.bin", pathDisplay: "/d/f.bin")], cursor: "after-delete",
+                                     since: w.vfs.metadata.fetchStamp())
+        failing.setRule { name, _ in name == "download" ? .unavailable("unreachable (test)") : nil }
+        gate.signal()
+        #expect(truncated.wait(timeout: .now() + 20) == .success)
+        #expect(outcome.withLock { $0 } == .io)
+        w.vfs.waitUntilIdle()
+        #expect(throws: Errno.noEntry) { try w.vfs.lookup(parent: folder, name: "f.bin") }
+    }
+
+    /// A conflict shown while a later period of writes is open: the engine made our earlier
+    /// bytes a conflicted copy after the file's next writer began, and the other client then
+    /// deleted the path. The handler showed the path as Dropbox has it (gone) and took the node
+    /// out of the tree under the open writer: its next write failed with ENOENT, and its close
+    /// would have journaled nothing. Newer local bytes are the path's until their own commit
+    /// settles them, as for a commit (`applyCommitted`'s stillDirty).
+    @Test func aConflictShownWhileALaterWriteIsOpenLeavesThatWriteStanding() throws {
+        let remote = InMemoryRemote()
+        let old = testBytes(1000, seed: 81)
+        remote.externalWrite("/f.bin", old)
+        let w = try Writable(remote)
+        let ino = try w.vfs.resolve("/f.bin")
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        let first = testBytes(10, seed: 82)
+        try write(w.vfs, ino, handle, at: 0, first)
+        // Our earlier version, as the engine would have committed it beside the path; the path is
+        // gone by the time the handler asks Dropbox for it.
+        let copyPath = "/f (conflicted copy 2026-12-03).bin"
+        let copy = remote.externalWrite(copyPath, testBytes(1000, seed: 83))
+        remote.externalDelete("/f.bin")
+        w.vfs.handleWriteBackEvent(.conflicted(path: "/f.bin", copyPath: copyPath, generation: 1, entry: copy))
+        let second = testBytes(10, seed: 84)
+        try write(w.vfs, ino, handle, at: 10, second)
+        try close(w.vfs, ino, handle)
+        w.sync()
+        #expect(remote.content("/f.bin") == first + second + Array(old[20...]))
+        #expect(try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 1000)
+    }
+
+    /// Once a conflict is shown the path holds the other client's version, whose size the kernel
+    /// has never been told: it kept our version's size, cached for its attribute timeout, and a
+    /// read opened in that second stopped at our size, returning the first bytes of theirs only
+    /// (test_no_silent_overwrite.py: 176 of 238 bytes, and the write that followed replaced
+    /// theirs unseen). The handler tells the kernel the path changed, and that the copy is new.
+    @Test func aConflictShownTellsTheKernelThePathHoldsAnotherVersion() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(1000, seed: 91))
+        let w = try Writable(remote)
+        let sink = RecordingSink()
+        w.vfs.tellKernel(through: sink)
+        let ino = try w.vfs.resolve("/f.bin")
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        try write(w.vfs, ino, handle, at: 0, testBytes(10, seed: 92))
+        remote.externalWrite("/f.bin", testBytes(900, seed: 93))
+        try close(w.vfs, ino, handle)
+        w.sync()
+        w.vfs.waitUntilIdle()
+        let copy = try #require(remote.allPaths().first { $0.hasPrefix("/f (conflicted copy ") })
+        #expect(sink.all.contains(.inode(ino)), "\(sink.all)")
+        #expect(sink.all.contains(.entry(parent: rootInode, name: String(copy.dropFirst()))), "\(sink.all)")
+        #expect(try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900)
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

@@ -277,7 +277,7 @@ extension VFS {
             } else {
                 guard var current = metadata.path(of: ino) ?? reviveDeleted(handle) else { throw .noEntry }
                 staging = try prepareWrite(file, path: &current, keepBytes: nil, openedAt: handle.remoteView,
-                                           readLocal: handle.localView.withLock { $0 })
+                                           readLocal: handle.localView.withLock { $0 }, revive: { self.reviveDeleted(handle) })
                 path = current
             }
             handle.localView.withLock { $0 = staging }
@@ -310,7 +310,7 @@ extension VFS {
     /// Nil (the write fails with ENOENT, as before) for an open that never read Dropbox's bytes,
     /// when the folder is gone too, or when something new has the name. The file's lock is held.
     private func reviveDeleted(_ handle: WriteHandle) -> String? {
-        guard let opened = handle.remoteView, handle.file.staging == nil, !handle.file.unlinked,
+        guard let opened = handle.remoteView, !handle.file.writing, !handle.file.unlinked,
               let meta = metadata.node(handle.ino)?.file else { return nil }
         do throws(Errno) {
             try metadata.reattach(handle.ino, at: opened.path, file: Self.version(readBy: opened, from: meta))
@@ -366,9 +366,11 @@ extension VFS {
     ///
     /// `openedAt`: the version the writing handle opened and read (`WriteHandle.remoteView`), for
     /// `beginWriteAndFill`'s "update R" rule; `readLocal`: the local bytes it opened instead
-    /// (`WriteHandle.localView`), for the same rule once they became a conflicted copy.
+    /// (`WriteHandle.localView`), for the same rule once they became a conflicted copy; `revive`:
+    /// the writing handle's `reviveDeleted`, for a file deleted elsewhere while the write waited.
     private func prepareWrite(_ file: LocalFile, path: inout String, keepBytes: UInt64?,
-                              openedAt: OpenFile? = nil, readLocal: StagingFile? = nil) throws(Errno) -> StagingFile {
+                              openedAt: OpenFile? = nil, readLocal: StagingFile? = nil,
+                              revive: (() -> String?)? = nil) throws(Errno) -> StagingFile {
         if file.writing, let staging = file.staging { return staging }
         let writeBack = try requireWriteBack()
         if writeBack.hasConflictNotShown(path: path) {
@@ -384,7 +386,9 @@ extension VFS {
                 file.waitUnlocked { writeBack.waitUntilNotHeld(path: path) }
                 if file.writing, let staging = file.staging { return staging }
                 if file.unlinked { throw .noEntry }
-                guard let current = metadata.path(of: file.ino) else { throw .noEntry }
+                // Gone meanwhile (another client's delete, applied before the write began): a
+                // handle's write brings it back, as when it was gone before (`reviveDeleted`).
+                guard let current = metadata.path(of: file.ino) ?? revive?() else { throw .noEntry }
                 path = current
             }
         }
@@ -429,7 +433,7 @@ extension VFS {
             logger.info("\(path) changed on Dropbox after it was opened for writing: the write goes on the version it opened (rev \(openedAt.rev)), and will be kept as a conflicted copy")
         }
         let base: WriteBase = readOurs != nil || meta.rev.isEmpty ? .newFile : .revision(meta.rev)
-        let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.path(of: file.ino) == path }
+        let staging = try writeBack.beginWrite(path: path, base: base) { self.metadata.beginLocal(file.ino, at: path) }
         if staging !== file.staging {
             let wanted = min(keepBytes ?? .max, readOurs.map { (try? $0.size()) ?? 0 } ?? meta.size)
             // Our last staging file is the content only while the tree shows local bytes: once a
@@ -452,6 +456,11 @@ extension VFS {
                 // Never leave a half-filled staging file to be uploaded over the real one.
                 logger.error("cannot fetch the current content of \(path) before writing: \(error)")
                 try? writeBack.remove(path: path) { () throws(Errno) in }
+                if node.local == .remote {
+                    // Changes from the feed meanwhile were left to an edit that never came.
+                    metadata.abandonLocal(file.ino)
+                    refreshInBackground([path])
+                }
                 throw error == .noSpace ? .noSpace : .io
             }
             file.staging = staging
@@ -612,7 +621,10 @@ extension VFS {
     func setLocalAttributes(_ ino: InodeNumber, changes: AttributeChanges, handle id: HandleID?) throws(Errno) -> FileAttributes {
         let writeBack = try requireWriteBack()
         let handle = id.flatMap { localFiles.handle($0) }.flatMap { $0.ino == ino && $0.mayWrite ? $0 : nil }
-        if changes.size != nil, metadata.path(of: ino) == nil, let handle { _ = handle.file.withLock { reviveDeleted(handle) } }
+        // A truncate through a handle of a file deleted elsewhere brings it back (`reviveDeleted`).
+        let truncating = changes.size == nil ? nil : handle
+        let revive = truncating.map { handle in { self.reviveDeleted(handle) } }
+        if metadata.path(of: ino) == nil, let truncating { _ = truncating.file.withLock { reviveDeleted(truncating) } }
         let node = try metadata.refreshedNode(ino)
         guard let meta = node.file else {
             if changes.size != nil { throw .isDirectory }
@@ -625,7 +637,7 @@ extension VFS {
             try file.withLock { () throws(Errno) in
                 var current = path
                 let staging = try prepareWrite(file, path: &current, keepBytes: size, openedAt: handle?.remoteView,
-                                               readLocal: handle?.localView.withLock { $0 })
+                                               readLocal: handle?.localView.withLock { $0 }, revive: revive)
                 try staging.truncate(to: size)
                 handle?.localView.withLock { $0 = staging }
                 if let prefix = file.sequentialPrefix, size < prefix {
@@ -961,11 +973,23 @@ extension VFS {
     /// events must not wait on the network).
     private func namespaceSettled(_ sequence: UInt64, refresh: [String]) {
         metadata.settlePendingOperation(sequence)
-        guard !refresh.isEmpty else { return }
+        refreshInBackground(refresh)
+    }
+
+    /// Shows what Dropbox has at `paths` (fetched on the `refreshes` queue) and tells the kernel
+    /// what that changed.
+    private func refreshInBackground(_ paths: [String]) {
+        guard !paths.isEmpty else { return }
         refreshes.async { [metadata, weak self] in
-            let invalidations = metadata.refreshFromDropbox(refresh)
+            let invalidations = metadata.refreshFromDropbox(paths)
             if !invalidations.isEmpty { self?.kernelSink?.invalidate(invalidations) }
         }
+    }
+
+    /// Tells the kernel `invalidations` from the refresh queue, never from the caller's thread.
+    private func tellKernelInBackground(_ invalidations: [KernelInvalidation]) {
+        guard !invalidations.isEmpty else { return }
+        refreshes.async { [weak self] in self?.kernelSink?.invalidate(invalidations) }
     }
 
     // MARK: Engine events
@@ -1024,7 +1048,8 @@ extension VFS {
         case .conflicted(let path, let copyPath, let generation, let entry):
             logger.warning("conflict: \(path) was changed elsewhere; ours is kept as \(copyPath)")
             let ino = metadata.locked { $0.resolve(path: path) }
-            if let ino, let file = localFiles.existing(ino) {
+            let file = ino.flatMap { localFiles.existing($0) }
+            if let file {
                 // The path shows the other version now: a later write starts from that one.
                 file.withLock {
                     if !file.writing { file.staging = nil }
@@ -1041,7 +1066,21 @@ extension VFS {
                 logger.debug("conflict: \(path) shows rev \(theirs.rev ?? "-") (\(theirs.size) bytes) now")
             }
             metadata.recordLocalChange([path, copyPath])
-            dropBlocks(of: metadata.applyConflict(path: path, remoteVersion: remoteVersion, copy: entry, copyPath: copyPath))
+            // Newer bytes of ours (a writer that began before this event, or a later close) stay
+            // the path's until their own commit settles them, as for a commit: shown over them,
+            // another client's delete took the node from under an open writer, whose next write
+            // failed with ENOENT (`aConflictShownWhileALaterWriteIsOpenLeavesThatWriteStanding`).
+            // Decided and applied under the file's lock; lock order as for `.committed`.
+            let decideAndApply = { () -> (stale: [StaleRevision], invalidations: [KernelInvalidation]) in
+                let newerBytes = file?.writing == true || self.writeBack?.keepsLocalBytes(path: path, showing: generation) == true
+                return self.metadata.applyConflict(path: path, remoteVersion: remoteVersion, stillDirty: newerBytes, copy: entry,
+                                                   copyPath: copyPath)
+            }
+            let applied = file.map { $0.withLock(decideAndApply) } ?? decideAndApply()
+            dropBlocks(of: applied.stale)
+            // Told from the refresh queue: this handler may run while a FUSE request waits for the
+            // engine's events (deliverPendingEvents), and the kernel's invalidation may wait for it.
+            tellKernelInBackground(applied.invalidations)
             // Writers that opened in between waited for this (prepareWrite): theirs is shown now.
             writeBack?.conflictShown(path: path, generation: generation)
         case .failed:

@@ -125,6 +125,31 @@ extension MetadataCache {
         }
     }
 
+    /// A period of local writes begins for `ino` at `path`. Called by the engine's `beginWrite`
+    /// under its lock, so the tree shows local bytes from the moment the engine holds them: no
+    /// feed batch or listing applied while the staging file is filled from Dropbox removes or
+    /// overwrites the node (another client's delete then loses to the edit, as docs/SEMANTICS.md
+    /// says; `aDeleteElsewhereAppliedWhileATruncateFillsTheFileLeavesTheEditStanding`). False if
+    /// the node is no longer at `path`. Lock order: the engine's lock, then the tree's.
+    func beginLocal(_ ino: InodeNumber, at path: String) -> Bool {
+        locked { table in
+            guard table.path(of: ino) == path, var node = table.nodes[ino], node.file != nil else { return false }
+            node.local = .dirty
+            table.nodes[ino] = node
+            return true
+        }
+    }
+
+    /// A period of writes begun by `beginLocal` on a file that mirrored Dropbox was given up
+    /// before anything was staged (its fill failed): the node mirrors Dropbox again.
+    func abandonLocal(_ ino: InodeNumber) {
+        locked { table in
+            guard var node = table.nodes[ino] else { return }
+            node.local = .remote
+            table.nodes[ino] = node
+        }
+    }
+
     /// Marks a file as holding local bytes of `size` (and `modified`, if given).
     func setLocal(_ ino: InodeNumber, size: UInt64, modified: Date? = nil) {
         locked { table in
@@ -157,12 +182,17 @@ extension MetadataCache {
     }
 
     /// After a conflict: `path` shows the server's version again (`.some(nil)` if it is gone, nil
-    /// if unknown), and our version appears as `copy`. Returns the rev `path` no longer shows.
-    @discardableResult
-    func applyConflict(path: String, remoteVersion: RemoteEntry??, copy: RemoteEntry, copyPath: String) -> [StaleRevision] {
+    /// if unknown), unless newer local bytes are pending there (`stillDirty`: their own commit
+    /// settles them), and our version appears as `copy`. Returns the revs `path` no longer shows,
+    /// and what the kernel must forget: the path's attributes (it holds our size) and the copy's
+    /// name.
+    func applyConflict(path: String, remoteVersion: RemoteEntry??, stillDirty: Bool = false, copy: RemoteEntry,
+                       copyPath: String) -> (stale: [StaleRevision], invalidations: [KernelInvalidation]) {
         locked { table in
             var stale: [StaleRevision] = []
-            if let ino = table.resolve(path: path), var node = table.nodes[ino] {
+            var invalidations: [KernelInvalidation] = []
+            if !stillDirty, let ino = table.resolve(path: path), var node = table.nodes[ino] {
+                let before = (ino: ino, node: node)
                 node.local = .remote
                 table.nodes[ino] = node
                 switch remoteVersion {
@@ -176,11 +206,12 @@ extension MetadataCache {
                 case .none:
                     break
                 }
+                invalidations += Self.whatChanged(at: path, before: before, in: table)
             }
-            if let parent = table.resolve(path: InodeTable.parentPath(copyPath)) {
-                table.upsert(copy, under: parent, generation: 0)
+            if let parent = table.resolve(path: InodeTable.parentPath(copyPath)), table.upsert(copy, under: parent, generation: 0) != nil {
+                invalidations += [.entry(parent: parent, name: copy.name), .inode(parent)]
             }
-            return stale
+            return (stale, invalidations)
         }
     }
 

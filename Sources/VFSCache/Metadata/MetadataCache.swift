@@ -710,7 +710,7 @@ final class MetadataCache: @unchecked Sendable {
     /// What the kernel must forget of `path` after a refresh: nothing if its node is as it was
     /// (a file with pending local bytes, say: telling the kernel would drop pages that hold a
     /// write still on its way to us, `pagesFollowLocalWrites`), else its inode or its name.
-    private static func whatChanged(at path: String, before: (ino: InodeNumber, node: Node)?,
+    static func whatChanged(at path: String, before: (ino: InodeNumber, node: Node)?,
                                     in table: InodeTable) -> [KernelInvalidation] {
         let now = table.resolve(path: path)
         guard let before else {

@@ -162,14 +162,14 @@ public final class WriteBackEngine: @unchecked Sendable {
     /// name already while the tree still shows this one), nothing is begun and EAGAIN is thrown:
     /// the caller asks again with the path its tree shows once the change is shown
     /// (`waitUntilNotHeld`). A file begun at the old name would take the write away from the
-    /// moved bytes, and never be closed (the facade's prepareWrite).
+    /// moved bytes, and never be closed (the facade's prepareWrite). `stillCurrent` runs last, once
+    /// nothing else can fail, so the facade may mark the file as holding local bytes in it.
     public func beginWrite(path: String, base: WriteBase, stillCurrent: (() -> Bool)? = nil) throws(Errno) -> StagingFile {
         let key = Self.key(path)
         condition.lock(); defer { condition.unlock() }
         guard !stopped else { throw Errno.readOnly }
-        if let stillCurrent, !stillCurrent() { throw Errno.again }
-        if files[key] == nil, isHeld(key) { throw Errno.again }
         if let dirty = files[key] {
+            guard stillCurrent?() != false else { throw Errno.again }
             if !dirty.writing, let stream = dirty.streaming {
                 stream.cancelled.store(true, ordering: .relaxed)
                 if !stream.busy { dirty.streaming = nil }
@@ -182,7 +182,12 @@ public final class WriteBackEngine: @unchecked Sendable {
             dirty.active?.cancelled.store(true, ordering: .relaxed)
             return dirty.file
         }
+        if isHeld(key) { throw Errno.again }
         let file = try stagingArea.create()
+        guard stillCurrent?() != false else {
+            stagingArea.remove(name: file.name)
+            throw Errno.again
+        }
         files[key] = DirtyFile(path: path, file: file, base: translate(base, key: key))
         return file
     }
