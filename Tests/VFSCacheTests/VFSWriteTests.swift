@@ -380,6 +380,35 @@ import Testing
         #expect(try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900)
     }
 
+    /// The handler asks Dropbox for the version the path has after a conflict; when that call
+    /// failed, the node went on showing our size with the rev our edit started from (a read of
+    /// it fails: that rev is shorter or longer), and nothing fetched it again: the feed had
+    /// already reported theirs while our bytes were pending, and a watched tree is never
+    /// refreshed by age. The path is fetched again in the background.
+    @Test func aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgain() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(1000, seed: 94))
+        let failing = FailingRemote(remote)
+        let w = try Writable(failing) { $0.directoryTTL = 600 }
+        let engine = try #require(w.vfs.writeBack)
+        let gate = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { gate.wait() }
+        defer { gate.signal() }
+        let ino = try w.vfs.resolve("/f.bin")
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        try write(w.vfs, ino, handle, at: 0, testBytes(10, seed: 95))
+        let theirs = testBytes(900, seed: 96)
+        remote.externalWrite("/f.bin", theirs)
+        try close(w.vfs, ino, handle)
+        #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        failing.failNext("metadata", times: 1, with: .unavailable("unreachable (test)"))
+        gate.signal()
+        w.vfs.waitUntilIdle()
+        #expect(try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900)
+        #expect(try w.vfs.readAll(ino) == theirs)
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

@@ -1056,8 +1056,9 @@ extension VFS {
                     file.kernelPagesStale = true
                 }
             }
-            // The other version, as the server has it now (unknown if the call fails: the next
-            // listing brings it).
+            // The other version, as the server has it now (unknown if the call fails: fetched
+            // again below, since the feed reported it while our bytes were pending and a watched
+            // tree is not refreshed by age: `aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgain`).
             var remoteVersion: RemoteEntry??
             do throws(RemoteError) { remoteVersion = .some(try remote.metadata(path: path)) } catch {
                 remoteVersion = nil
@@ -1081,6 +1082,7 @@ extension VFS {
             // Told from the refresh queue: this handler may run while a FUSE request waits for the
             // engine's events (deliverPendingEvents), and the kernel's invalidation may wait for it.
             tellKernelInBackground(applied.invalidations)
+            if remoteVersion == nil { refreshInBackground([path]) }
             // Writers that opened in between waited for this (prepareWrite): theirs is shown now.
             writeBack?.conflictShown(path: path, generation: generation)
         case .failed:
