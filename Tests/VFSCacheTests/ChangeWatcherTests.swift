@@ -83,6 +83,26 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         return remote
     }
 
+    /// Dropbox makes the mount's own queued operations (an `rm -rf` sent as one delete_batch) a
+    /// few paths at a time, and the long-poll answers at each: the watcher read a page (a
+    /// long-poll and a continue) per few paths, 14 pages of echoes for one `rm -rf` of 1000
+    /// files (docs/BENCHMARKS.md). While operations of the mount's own are pending, a round waits
+    /// for them (at most `ownOperationsWait`) and then reads their echoes together.
+    @Test func aFeedRoundWaitsForTheMountsOwnPendingOperationsBeforeReading() throws {
+        let (base, _, vfs, watcher, _, _) = try watchedWithHooks()
+        vfs.metadata.addPendingOperations([1], paths: ["/docs/a.txt"])
+        base.externalDelete("/docs/a.txt")   // the operation's effect, reported while it is pending
+        let before = base.calls("listFolderContinue")
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { try? watcher.step(); done.signal() }
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(base.calls("listFolderContinue") == before, "read before the mount's own operation settled")
+        vfs.metadata.settlePendingOperation(1)
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        #expect(base.calls("listFolderContinue") == before + 1)
+        watcher.stop()
+    }
+
     /// The saved tree is Dropbox as of the saved cursor, also where the in-memory tree sets a
     /// change aside (a file with pending local bytes) or already made it itself (our own delete):
     /// a remount loads what Dropbox has, never an older tree behind a newer cursor.

@@ -34,6 +34,9 @@ public final class ChangeWatcher: Sendable {
         public var offlineAfter: Double = 3
         /// The wait before the next round while failures are younger than `offlineAfter`.
         public var graceRetryDelay: Double = 0.5
+        /// How long a round that has news waits for the mount's own queued operations to settle
+        /// before reading (`step`).
+        public var ownOperationsWait: Double = 1
         public init(longpollTimeout: Int = 30, retryDelay: Double = 1, maxRetryDelay: Double = 30,
                     offlineAfter: Double = 3, graceRetryDelay: Double = 0.5) {
             self.longpollTimeout = min(max(longpollTimeout, 30), 480)
@@ -232,6 +235,12 @@ public final class ChangeWatcher: Sendable {
         if stopping { return }
         setOnline()
         if answer.changes {
+            // Dropbox makes a batch of the mount's own (an `rm -rf` sent as one delete_batch) a
+            // few paths at a time, and the long-poll answers at each: read now, its echoes cost a
+            // long-poll and a continue per few paths (14 pages for 1000 deletes). Read once they
+            // are all made, at most `ownOperationsWait` later (other clients' news waits as long).
+            vfs.metadata.waitUntilNoPendingOperations(until: Date().addingTimeInterval(options.ownOperationsWait))
+            if stopping { return }
             try readChanges(from: cursor)
             noteInStep()
         }

@@ -669,6 +669,12 @@ final class MetadataCache: @unchecked Sendable {
         lock.broadcast()
     }
 
+    /// Waits until no queued operation of the mount's own is pending, or until `deadline`.
+    func waitUntilNoPendingOperations(until deadline: Date) {
+        lock.lock(); defer { lock.unlock() }
+        while localChanges.pendingCount > 0, lock.wait(until: deadline) {}
+    }
+
     /// Fetches what Dropbox has at each path (a folder with everything under it) and makes the
     /// tree show it: after a queued operation that did not go as planned (undone, or a move
     /// whose source was gone). Nodes with local bytes (pending uploads) and the folders holding
