@@ -30,8 +30,15 @@ public enum DropboxError: Error, Sendable, Equatable {
 
     /// The failures worth retrying by the policy: transport trouble, 5xx, 429.
     var isTransient: Bool {
+        if case .rateLimited = self { return true }
+        return isUnreachable
+    }
+
+    /// Dropbox is not there (no HTTP answer, or a 5xx), as opposed to "Dropbox said no": what
+    /// makes a mount offline.
+    public var isUnreachable: Bool {
         switch self {
-        case .transport, .server, .rateLimited: true
+        case .transport, .server: true
         default: false
         }
     }

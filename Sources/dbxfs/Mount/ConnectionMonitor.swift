@@ -103,11 +103,7 @@ final class ConnectionMonitor: RequestObserver, Sendable {
 
     private func note(_ error: DropboxError, retryAt: Date?) {
         troubled.store(true, ordering: .relaxed)
-        let unreachable: Bool
-        switch error {
-        case .server, .transport: unreachable = true
-        default: unreachable = false
-        }
+        let unreachable = error.isUnreachable
         let failingFor = state.withLock { state -> Double? in
             let now = Date()
             state.lastError = "\(error)"

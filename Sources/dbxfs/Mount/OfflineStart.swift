@@ -22,11 +22,7 @@ enum OfflineStart {
 
     /// True for failures that mean "Dropbox is not there" (as opposed to "Dropbox said no").
     static func isUnreachable(_ error: Error) -> Bool {
-        guard let error = error as? DropboxError else { return false }
-        switch error {
-        case .transport, .server: return true
-        default: return false
-        }
+        (error as? DropboxError)?.isUnreachable == true
     }
 
     /// The index file for this server, credentials and root.
