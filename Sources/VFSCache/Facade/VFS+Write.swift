@@ -308,7 +308,9 @@ extension VFS {
     /// version the open read; the write then starts from that version, and its commit
     /// (`update` of a deleted file) recreates it (`aWriteThroughAnOpenOfAFileDeletedElsewhereBringsItBack`).
     /// Nil (the write fails with ENOENT, as before) for an open that never read Dropbox's bytes,
-    /// when the folder is gone too, or when something new has the name. The file's lock is held.
+    /// when the folder is gone too, or when something new has the name; and while a period of
+    /// writes is open (its node holds local bytes, which the feed never removes). The file's lock
+    /// is held.
     private func reviveDeleted(_ handle: WriteHandle) -> String? {
         guard let opened = handle.remoteView, !handle.file.writing, !handle.file.unlinked,
               let meta = metadata.node(handle.ino)?.file else { return nil }
