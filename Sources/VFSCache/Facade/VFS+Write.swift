@@ -626,7 +626,7 @@ extension VFS {
         // A truncate through a handle of a file deleted elsewhere brings it back (`reviveDeleted`).
         let truncating = changes.size == nil ? nil : handle
         let revive = truncating.map { handle in { self.reviveDeleted(handle) } }
-        if metadata.path(of: ino) == nil, let truncating { _ = truncating.file.withLock { reviveDeleted(truncating) } }
+        if metadata.path(of: ino) == nil, let truncating, let revive { _ = truncating.file.withLock(revive) }
         let node = try metadata.refreshedNode(ino)
         guard let meta = node.file else {
             if changes.size != nil { throw .isDirectory }

@@ -208,8 +208,10 @@ extension MetadataCache {
                 }
                 invalidations += Self.whatChanged(at: path, before: before, in: table)
             }
-            if let parent = table.resolve(path: InodeTable.parentPath(copyPath)), table.upsert(copy, under: parent, generation: 0) != nil {
-                invalidations += [.entry(parent: parent, name: copy.name), .inode(parent)]
+            if let parent = table.resolve(path: InodeTable.parentPath(copyPath)) {
+                let before = table.resolve(path: copyPath).flatMap { ino in table[ino].map { (ino: ino, node: $0) } }
+                table.upsert(copy, under: parent, generation: 0)
+                invalidations += Self.whatChanged(at: copyPath, before: before, in: table)
             }
             return (stale, invalidations)
         }
