@@ -78,16 +78,52 @@ import VFSCache
         let start = Date()
         monitor.willRetry(after: .server(status: 503, message: "injected fault"), in: 7)
         monitor.failed(.transport(code: 7, message: "Couldn't connect to server"))
-        let failing = monitor.report(now: start.addingTimeInterval(ConnectionMonitor.failingAfter + 1))
+        #expect(!log.all.contains { $0.contains("offline") }, "logged before the period was long enough: \(log.all)")
+        let failing = monitor.report(now: start.addingTimeInterval(ConnectionMonitor.defaultFailingAfter + 1))
         #expect(failing.state == "offline", "\(failing)")
         #expect(failing.since.map { $0 >= start && $0 <= start.addingTimeInterval(1) } == true)
         #expect(failing.message?.contains("Couldn't connect to server") == true, "\(failing.message ?? "")")
-        #expect(!log.all.contains { $0.contains("offline") }, "logged before the period was long enough: \(log.all)")
         monitor.succeeded()
         #expect(monitor.report(now: Date().addingTimeInterval(60)).state == "online")
 
         let limited = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: Lines().logger)
         limited.willRetry(after: .rateLimited(reason: "too_many_requests", retryAfter: 5), in: 5)
         #expect(limited.report(now: Date().addingTimeInterval(60)).state == "online")
+    }
+
+    /// Status and the log tell one story: once status says offline, the log has said it too
+    /// (CI, stop 29: test_status.py's `…under_server_failures…` found status "offline" by the
+    /// period's age while the log waited for the next failure to say so, a retry seconds later).
+    @Test func aStatusThatSaysOfflineHasSaidItInTheLog() {
+        let log = Lines()
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: log.logger)
+        monitor.willRetry(after: .server(status: 503, message: "injected fault"), in: 30)
+        #expect(!log.all.contains { $0.contains("offline") }, "logged before the period was long enough: \(log.all)")
+        let failing = monitor.report(now: Date().addingTimeInterval(ConnectionMonitor.defaultFailingAfter + 1))
+        #expect(failing.state == "offline")
+        #expect(log.all.filter { $0.contains("offline") }.count == 1, "\(log.all)")
+        _ = monitor.report(now: Date().addingTimeInterval(ConnectionMonitor.defaultFailingAfter + 2))
+        #expect(log.all.filter { $0.contains("offline") }.count == 1, "said twice: \(log.all)")
+    }
+
+    /// Nobody asks status and no call fails again for a while (a retry backing off): the log says
+    /// offline when the period is long enough all the same, not at the next failure.
+    @Test func theLogSaysOfflineWhenThePeriodIsLongEnoughWithoutAnotherFailure() async throws {
+        let log = Lines()
+        let monitor = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: log.logger, failingAfter: 0.2)
+        monitor.willRetry(after: .server(status: 503, message: "injected fault"), in: 30)
+        let deadline = Date().addingTimeInterval(5)
+        while !log.all.contains(where: { $0.contains("offline") }) && Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        #expect(log.all.filter { $0.contains("offline") }.count == 1, "\(log.all)")
+
+        // A success before the period ends: nothing is said.
+        let quiet = Lines()
+        let answered = ConnectionMonitor(fix: Self.fix, offline: OfflineState(), log: quiet.logger, failingAfter: 0.2)
+        answered.willRetry(after: .server(status: 503, message: "injected fault"), in: 30)
+        answered.succeeded()
+        try await Task.sleep(nanoseconds: 500_000_000)
+        #expect(!quiet.all.contains { $0.contains("offline") }, "\(quiet.all)")
     }
 }

@@ -32,7 +32,8 @@ final class ConnectionMonitor: RequestObserver, Sendable {
     /// Seconds of calls failing with none answered after which status says offline, before
     /// the change watcher may notice (its long-poll can wait two minutes to fail). The
     /// watcher's own rule (ChangeWatcher.Options.offlineAfter) is as long.
-    static let failingAfter: Double = 3
+    static let defaultFailingAfter: Double = 3
+    let failingAfter: Double
 
     /// How the person at the machine restores access, e.g. "run 'dbxfs auth --profile work'; the
     /// mount picks it up without a remount".
@@ -49,8 +50,8 @@ final class ConnectionMonitor: RequestObserver, Sendable {
         var resume: (@Sendable () -> Void)?
     }
 
-    init(fix: String, offline: OfflineState, log: Logger) {
-        self.fix = fix; self.offline = offline; self.log = log
+    init(fix: String, offline: OfflineState, log: Logger, failingAfter: Double = ConnectionMonitor.defaultFailingAfter) {
+        self.fix = fix; self.offline = offline; self.log = log; self.failingAfter = failingAfter
     }
 
     /// `adoptNewCredentials` looks for new credentials and adopts them (true when it did);
@@ -104,20 +105,37 @@ final class ConnectionMonitor: RequestObserver, Sendable {
     private func note(_ error: DropboxError, retryAt: Date?) {
         troubled.store(true, ordering: .relaxed)
         let unreachable = error.isUnreachable
-        let failingFor = state.withLock { state -> Double? in
+        let periodBegins = state.withLock { state -> Bool in
             let now = Date()
             state.lastError = "\(error)"
             state.lastErrorAt = now
             state.nextRetryAt = retryAt
-            guard unreachable else { return nil }
-            let since = state.failingSince ?? now
-            state.failingSince = since
-            guard !state.failingLogged, now.timeIntervalSince(since) >= Self.failingAfter else { return nil }
-            state.failingLogged = true
-            return now.timeIntervalSince(since)
+            guard unreachable, state.failingSince == nil else { return false }
+            state.failingSince = now
+            return true
         }
-        if let failingFor {
-            log.warning("offline: Dropbox has answered no call for \(Int(failingFor)) s (\(error)); retrying. " + Self.offlineRules)
+        if periodBegins {
+            // The next failure may be a retry backing off for many seconds: the log should not
+            // wait for it to say what status says from the period's age alone.
+            DispatchQueue.global().asyncAfter(deadline: .now() + failingAfter + 0.05) { [weak self] in
+                self?.sayOfflineIfDue(now: Date())
+            }
+        }
+        sayOfflineIfDue(now: Date())
+    }
+
+    /// Logs, once per period, that calls failing with none answered for `failingAfter` seconds
+    /// make the mount offline. Status calls it too before it says so (`report`), so what status
+    /// says the log has said.
+    private func sayOfflineIfDue(now: Date) {
+        let said = state.withLock { state -> (seconds: Double, error: String)? in
+            guard let since = state.failingSince, !state.failingLogged,
+                  now.timeIntervalSince(since) >= failingAfter else { return nil }
+            state.failingLogged = true
+            return (now.timeIntervalSince(since), state.lastError ?? "no answer")
+        }
+        if let said {
+            log.warning("offline: Dropbox has answered no call for \(Int(said.seconds)) s (\(said.error)); retrying. " + Self.offlineRules)
         }
     }
 
@@ -163,6 +181,7 @@ final class ConnectionMonitor: RequestObserver, Sendable {
     // MARK: For status
 
     func report(uploadsPausedUntil: Date? = nil, now: Date = Date()) -> ConnectionReport {
+        sayOfflineIfDue(now: now)
         let snapshot = state.withLock { $0 }
         var nextRetry = [snapshot.nextRetryAt, uploadsPausedUntil].compactMap { $0 }.filter { $0 > now }.min()
         if let refusedSince = snapshot.refusedSince, let reason = snapshot.refusedBecause {
@@ -175,7 +194,7 @@ final class ConnectionMonitor: RequestObserver, Sendable {
                                     message: "\(offline.reason ?? "Dropbox cannot be reached"). " + Self.offlineRules,
                                     lastError: snapshot.lastError, lastErrorAt: snapshot.lastErrorAt, nextRetryAt: nextRetry)
         }
-        if let since = snapshot.failingSince, now.timeIntervalSince(since) >= Self.failingAfter {
+        if let since = snapshot.failingSince, now.timeIntervalSince(since) >= failingAfter {
             return ConnectionReport(state: "offline", since: since,
                                     message: "Dropbox has answered no call since \(StatusRenderer.time(since)) (\(snapshot.lastError ?? "no answer")). "
                                         + Self.offlineRules,
