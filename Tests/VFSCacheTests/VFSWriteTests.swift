@@ -409,6 +409,33 @@ import Testing
         #expect(try w.vfs.readAll(ino) == theirs)
     }
 
+    /// As above, and the fetch again fails too (Dropbox still unreachable): it is tried again,
+    /// later and less often, until Dropbox answers. Before, the node kept our size and the rev
+    /// our edit started from until the path changed again or the mount was remounted.
+    @Test func aPathThatCouldNotBeFetchedAgainIsTriedUntilDropboxAnswers() throws {
+        let remote = InMemoryRemote()
+        remote.externalWrite("/f.bin", testBytes(1000, seed: 97))
+        let failing = FailingRemote(remote)
+        let w = try Writable(failing) { $0.directoryTTL = 600 }
+        let engine = try #require(w.vfs.writeBack)
+        let gate = DispatchSemaphore(value: 0)
+        engine.eventQueue.async { gate.wait() }
+        defer { gate.signal() }
+        let ino = try w.vfs.resolve("/f.bin")
+        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
+        try write(w.vfs, ino, handle, at: 0, testBytes(10, seed: 98))
+        let theirs = testBytes(900, seed: 99)
+        remote.externalWrite("/f.bin", theirs)
+        try close(w.vfs, ino, handle)
+        #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
+        #expect(eventually { engine.status().pendingFiles == 0 })
+        failing.failNext("metadata", times: 3, with: .unavailable("unreachable (test)"))
+        gate.signal()
+        w.vfs.waitUntilIdle()
+        #expect(try eventually(timeout: 15) { try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900 })
+        #expect(try w.vfs.readAll(ino) == theirs)
+    }
+
     /// The same window after a conflict: our edit became a conflicted copy on Dropbox, and the
     /// tree still shows our version until the facade handles the event. A writer that opens in
     /// between waits for it and then writes on the version the path now has (theirs), as if it

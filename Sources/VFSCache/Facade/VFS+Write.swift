@@ -980,13 +980,27 @@ extension VFS {
 
     /// Shows what Dropbox has at `paths` (fetched on the `refreshes` queue) and tells the kernel
     /// what that changed.
-    private func refreshInBackground(_ paths: [String]) {
+    ///
+    /// A path Dropbox did not answer for is fetched again after `retryDelay`, doubled each time
+    /// up to a minute, until it answers: the change feed has already moved past what the tree
+    /// should show there (it reported it while our own change was pending), so nothing else
+    /// would correct the path before it changed again or the mount was remounted. Only the
+    /// first failure is a warning in the log.
+    func refreshInBackground(_ paths: [String], retryDelay: Double = 1) {
         guard !paths.isEmpty else { return }
         refreshes.async { [metadata, weak self] in
-            let invalidations = metadata.refreshFromDropbox(paths)
-            if !invalidations.isEmpty { self?.kernelSink?.invalidate(invalidations) }
+            let (invalidations, unanswered) = metadata.refreshFromDropbox(paths, failureLevel: retryDelay > 1 ? .debug : .warning)
+            guard let self else { return }
+            if !invalidations.isEmpty { kernelSink?.invalidate(invalidations) }
+            guard !unanswered.isEmpty else { return }
+            refreshes.asyncAfter(deadline: .now() + retryDelay) { [weak self] in
+                self?.refreshInBackground(unanswered, retryDelay: min(retryDelay * 2, Self.refreshRetryLimit))
+            }
         }
     }
+
+    /// The longest wait between two fetches of a path Dropbox did not answer for.
+    static let refreshRetryLimit: Double = 60
 
     /// Tells the kernel `invalidations` from the refresh queue, never from the caller's thread.
     private func tellKernelInBackground(_ invalidations: [KernelInvalidation]) {

@@ -319,8 +319,10 @@ public final class ChangeWatcher: Sendable {
         guard let recheck = applyBatch(changes, from: previous, cursor: cursor, since: stamp) else { return false }
         if !recheck.isEmpty {
             log.debug("looking up again what the feed said of \(recheck.count) paths whose change gave way to one of the mount's own")
-            let invalidations = vfs.metadata.refreshFromDropbox(recheck)
+            let (invalidations, unanswered) = vfs.metadata.refreshFromDropbox(recheck)
             if !invalidations.isEmpty { sink.invalidate(invalidations) }
+            // The feed has moved past them: only a fetch corrects them now.
+            vfs.refreshInBackground(unanswered)
         }
         return true
     }

@@ -678,11 +678,15 @@ final class MetadataCache: @unchecked Sendable {
     /// Fetches what Dropbox has at each path (a folder with everything under it) and makes the
     /// tree show it: after a queued operation that did not go as planned (undone, or a move
     /// whose source was gone). Nodes with local bytes (pending uploads) and the folders holding
-    /// them stay; paths a newer local change touches are left to it. Best effort: a failed fetch
-    /// leaves the tree as it is (logged).
+    /// them stay; paths a newer local change touches are left to it. A failed fetch leaves the
+    /// tree as it is; `unanswered` are the paths Dropbox did not answer for (unreachable, 5xx,
+    /// rate limited), which a caller fetches again later (`VFS.refreshInBackground`). Failures
+    /// are logged at `failureLevel`.
     @discardableResult
-    func refreshFromDropbox(_ paths: [String]) -> [KernelInvalidation] {
+    func refreshFromDropbox(_ paths: [String], failureLevel: LogLevel = .warning)
+        -> (invalidations: [KernelInvalidation], unanswered: [String]) {
         var invalidations: [KernelInvalidation] = []
+        var unanswered: [String] = []
         for path in paths {
             let stamp = fetchStamp()
             var entries: [RemoteEntry] = []
@@ -694,7 +698,11 @@ final class MetadataCache: @unchecked Sendable {
             } catch .notFound {
                 entries = []
             } catch {
-                log.warning("cannot fetch \(path) from Dropbox to show it as it is there: \(error)")
+                log.log(failureLevel, "cannot fetch \(path) from Dropbox to show it as it is there: \(error)")
+                switch error {
+                case .unavailable, .rateLimited: unanswered.append(path)
+                default: break
+                }
                 continue
             }
             applyingFetched(since: stamp) { changed in
@@ -710,7 +718,7 @@ final class MetadataCache: @unchecked Sendable {
                 invalidations += Self.whatChanged(at: path, before: before, in: table)
             }
         }
-        return invalidations
+        return (invalidations, unanswered)
     }
 
     /// What the kernel must forget of `path` after a refresh: nothing if its node is as it was
