@@ -384,8 +384,10 @@ import Testing
     /// failed, the node went on showing our size with the rev our edit started from (a read of
     /// it fails: that rev is shorter or longer), and nothing fetched it again: the feed had
     /// already reported theirs while our bytes were pending, and a watched tree is never
-    /// refreshed by age. The path is fetched again in the background.
-    @Test func aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgain() throws {
+    /// refreshed by age. The path is fetched again in the background (1 failure); when that
+    /// fails too (Dropbox still unreachable: 3 failures), again later and less often, until
+    /// Dropbox answers (before: the node stayed wrong until the path changed or a remount).
+    @Test(arguments: [1, 3]) func aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgainUntilDropboxAnswers(failures: Int) throws {
         let remote = InMemoryRemote()
         remote.externalWrite("/f.bin", testBytes(1000, seed: 94))
         let failing = FailingRemote(remote)
@@ -402,34 +404,7 @@ import Testing
         try close(w.vfs, ino, handle)
         #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
         #expect(eventually { engine.status().pendingFiles == 0 })
-        failing.failNext("metadata", times: 1, with: .unavailable("unreachable (test)"))
-        gate.signal()
-        w.vfs.waitUntilIdle()
-        #expect(try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900)
-        #expect(try w.vfs.readAll(ino) == theirs)
-    }
-
-    /// As above, and the fetch again fails too (Dropbox still unreachable): it is tried again,
-    /// later and less often, until Dropbox answers. Before, the node kept our size and the rev
-    /// our edit started from until the path changed again or the mount was remounted.
-    @Test func aPathThatCouldNotBeFetchedAgainIsTriedUntilDropboxAnswers() throws {
-        let remote = InMemoryRemote()
-        remote.externalWrite("/f.bin", testBytes(1000, seed: 97))
-        let failing = FailingRemote(remote)
-        let w = try Writable(failing) { $0.directoryTTL = 600 }
-        let engine = try #require(w.vfs.writeBack)
-        let gate = DispatchSemaphore(value: 0)
-        engine.eventQueue.async { gate.wait() }
-        defer { gate.signal() }
-        let ino = try w.vfs.resolve("/f.bin")
-        let handle = try w.vfs.open(ino, flags: [.read, .write]).handle
-        try write(w.vfs, ino, handle, at: 0, testBytes(10, seed: 98))
-        let theirs = testBytes(900, seed: 99)
-        remote.externalWrite("/f.bin", theirs)
-        try close(w.vfs, ino, handle)
-        #expect(eventually { remote.allPaths().contains { $0.hasPrefix("/f (conflicted copy ") } })
-        #expect(eventually { engine.status().pendingFiles == 0 })
-        failing.failNext("metadata", times: 3, with: .unavailable("unreachable (test)"))
+        failing.failNext("metadata", times: failures, with: .unavailable("unreachable (test)"))
         gate.signal()
         w.vfs.waitUntilIdle()
         #expect(try eventually(timeout: 15) { try w.vfs.lookup(parent: rootInode, name: "f.bin").attributes.size == 900 })

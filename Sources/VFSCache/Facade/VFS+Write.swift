@@ -1074,7 +1074,7 @@ extension VFS {
             }
             // The other version, as the server has it now (unknown if the call fails: fetched
             // again below, since the feed reported it while our bytes were pending and a watched
-            // tree is not refreshed by age: `aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgain`).
+            // tree is not refreshed by age: `aConflictWhoseOtherVersionCouldNotBeFetchedIsFetchedAgainUntilDropboxAnswers`).
             var remoteVersion: RemoteEntry??
             do throws(RemoteError) { remoteVersion = .some(try remote.metadata(path: path)) } catch {
                 remoteVersion = nil
