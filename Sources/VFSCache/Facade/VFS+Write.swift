@@ -992,10 +992,16 @@ extension VFS {
             let (invalidations, unanswered) = metadata.refreshFromDropbox(paths, failureLevel: retryDelay > 1 ? .debug : .warning)
             guard let self else { return }
             if !invalidations.isEmpty { kernelSink?.invalidate(invalidations) }
-            guard !unanswered.isEmpty else { return }
-            refreshes.asyncAfter(deadline: .now() + retryDelay) { [weak self] in
-                self?.refreshInBackground(unanswered, retryDelay: min(retryDelay * 2, Self.refreshRetryLimit))
-            }
+            refreshAgain(unanswered, after: retryDelay)
+        }
+    }
+
+    /// Fetches `paths`, which Dropbox did not answer for, again after `delay` (and, while it
+    /// still does not answer, after twice as long each time, up to `refreshRetryLimit`).
+    func refreshAgain(_ paths: [String], after delay: Double) {
+        guard !paths.isEmpty else { return }
+        refreshes.asyncAfter(deadline: .now() + delay) { [weak self] in
+            self?.refreshInBackground(paths, retryDelay: min(delay * 2, Self.refreshRetryLimit))
         }
     }
 

@@ -321,8 +321,9 @@ public final class ChangeWatcher: Sendable {
             log.debug("looking up again what the feed said of \(recheck.count) paths whose change gave way to one of the mount's own")
             let (invalidations, unanswered) = vfs.metadata.refreshFromDropbox(recheck)
             if !invalidations.isEmpty { sink.invalidate(invalidations) }
-            // The feed has moved past them: only a fetch corrects them now.
-            vfs.refreshInBackground(unanswered)
+            // The feed has moved past them: only a fetch corrects them now (not at once: this
+            // one just failed, and warned).
+            vfs.refreshAgain(unanswered, after: 1)
         }
         return true
     }
