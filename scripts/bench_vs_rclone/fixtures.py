@@ -1,8 +1,8 @@
 """The data the workloads use: a seed tree for the emulator, and local sources to copy in.
 
 Everything local lives in memory (a /dev/shm folder), so reading a source never slows a write
-down and the warm-read limit is "the same bytes from /dev/shm". The emulator imports the seed at
-start (`--seed`):
+down and the warm-read limit is "the same bytes, a fresh copy in /dev/shm read once". The
+emulator imports the seed at start (`--seed`):
 
     /read/big.bin            SIZE random bytes: cold and warm reads, first byte, random reads
     /lsr/dNNN/fNNN.txt       LS_FILES files in 100 folders: cold `ls -lR`

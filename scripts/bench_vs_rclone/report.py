@@ -40,7 +40,7 @@ class Row:
 ROWS = [
     Row("cold_read", "cold sequential read, SIZE, MB/s (limit: curl download, 1 connection)", "MB/s", True, True,
         "downloads"),
-    Row("warm_read", "warm re-read, MB/s (limit: the same bytes from /dev/shm)", "MB/s", True, True),
+    Row("warm_read", "warm re-read, MB/s (limit: the same bytes, a fresh copy in /dev/shm read once)", "MB/s", True, True),
     Row("ttfb", "time to first byte of a cold file, ms (limit: 1 round trip + 256 KiB)", "ms", False),
     Row("write", "write SIZE, `cp` then until on the server, MB/s (limit: curl upload session)", "MB/s", True, True,
         "upload calls"),
