@@ -374,6 +374,37 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(a) == Array("a".utf8))
     }
 
+    /// `dbxfs status` says offline (and online again) from the flag; the log must have said so
+    /// by then, or a status read in between says what the log does not (the CI failure of stop
+    /// 29 was this race in the connection monitor; the watcher had the same order: flag, then
+    /// line). Each line is written while the flag still shows the old state.
+    @Test func theLogSaysOfflineAndOnlineBeforeStatusCan() throws {
+        let remote = seeded()
+        let offline = OfflineState()
+        let seen = Mutex<[(String, Bool)]>([])
+        let vfs = try makeVFS(remote)
+        vfs.logger.setSink { _, message in seen.withLock { $0.append((message, offline.isOffline)) } }
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: RecordingSink(), store: nil, offline: offline)
+        watcher.startOffline(reason: "network down")
+        #expect(offline.isOffline)
+        try watcher.step()   // Dropbox answers: online again
+        #expect(!offline.isOffline)
+        let lines = seen.withLock { $0 }
+        let wentOffline = try #require(lines.first { $0.0.hasPrefix("offline (network down)") })
+        #expect(wentOffline.1 == false, "the offline line was written after status could say offline")
+        let cameBack = try #require(lines.first { $0.0.hasPrefix("online again") })
+        #expect(cameBack.1 == true, "the online line was written after status could say online")
+
+        // A user's call that gets through (one that began before the mount went offline) ends
+        // offline mode too, and the log says so then, not never.
+        watcher.startOffline(reason: "network down again")
+        seen.withLock { $0.removeAll() }
+        _ = try OfflineGatedRemote(remote, state: offline).metadata(path: "/x.txt")
+        #expect(!offline.isOffline)
+        let throughTheGate = try #require(seen.withLock { $0 }.first { $0.0.hasPrefix("online again") })
+        #expect(throughTheGate.1 == true)
+    }
+
     /// One failed round (a 5xx or a reset the watcher's two attempts did not get past) is not
     /// Dropbox being unreachable: offline mode would fail every user's uncached read and listing
     /// at once (the clean-clone CI run of 211c7f2 saw `open` get EIO in

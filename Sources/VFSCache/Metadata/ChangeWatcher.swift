@@ -84,6 +84,15 @@ public final class ChangeWatcher: Sendable {
     public init(vfs: VFS, remote: any RemoteStore, sink: any CacheInvalidationSink, store: MetadataStore?,
                 offline: OfflineState = OfflineState(), options: Options = Options()) {
         self.offline = offline
+        // The log says when the mount goes offline and comes back, whoever finds out (OfflineState).
+        let log = vfs.logger
+        offline.announceChanges { offline, reason in
+            if offline {
+                log.warning("offline (\(reason ?? "Dropbox cannot be reached")); serving cached metadata and data, retrying")
+            } else {
+                log.info("online again: catching up with remote changes")
+            }
+        }
         self.vfs = vfs
         self.remote = remote
         self.sink = sink
@@ -415,13 +424,11 @@ public final class ChangeWatcher: Sendable {
 
     // MARK: Online/offline
 
-    private func setOffline(_ reason: String) {
-        if offline.set(offline: true, reason: reason) { log.warning("offline (\(reason)); serving cached metadata and data, retrying") }
-    }
+    private func setOffline(_ reason: String) { offline.set(offline: true, reason: reason) }
 
     private func setOnline() {
         vfs.metadata.setWatched(true)
-        if offline.set(offline: false) { log.info("online again: catching up with remote changes") }
+        offline.set(offline: false)
     }
 
     /// Marks the watcher offline before it starts (the mount began without reaching Dropbox).

@@ -37,16 +37,33 @@ public final class OfflineState: Sendable {
     /// When the change watcher probes Dropbox next (nil: not known).
     public var nextProbe: Date? { details.withLock { $0.nextProbe } }
 
-    /// Returns true if this changed the state.
+    /// Says a change of state (the change watcher's log lines): set once, by the watcher.
+    public typealias Announcer = @Sendable (_ offline: Bool, _ reason: String?) -> Void
+    private let announcer = Mutex<Announcer?>(nil)
+
+    public func announceChanges(with announce: @escaping Announcer) {
+        announcer.withLock { $0 = announce }
+    }
+
+    /// Returns true if this changed the state. A change is announced before the flag flips, so
+    /// whoever reads `isOffline` (`dbxfs status`) sees the new state only once the log has said
+    /// it, whichever setter made it (the watcher, or a gated call that got through). Setters are
+    /// serialised by `details`'s lock, so two cannot both announce one change. Lock order:
+    /// `details`, then `announcer` (released before the call), then the announcer's own (the
+    /// logger's).
     @discardableResult
     public func set(offline: Bool, reason: String? = nil) -> Bool {
-        let changed = flag.exchange(offline, ordering: .relaxed) != offline
         details.withLock { details in
+            let changed = flag.load(ordering: .relaxed) != offline
+            if changed {
+                announcer.withLock { $0 }?(offline, reason)
+                flag.store(offline, ordering: .relaxed)
+            }
             details.reason = offline ? reason : nil
             if changed || !offline { details.since = offline ? Date() : nil }
             if !offline { details.nextProbe = nil }
+            return changed
         }
-        return changed
     }
 
     /// The watcher's next attempt to reach Dropbox.
