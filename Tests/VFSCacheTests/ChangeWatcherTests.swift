@@ -64,12 +64,13 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
 @Suite struct ChangeWatcherTests {
     /// The seeded account behind a `SwitchableRemote` (for hooks), a mount of it, its watcher
     /// after the first step, the watcher's sink, and the inode of /x.txt.
-    private func watchedWithHooks() throws -> (InMemoryRemote, SwitchableRemote, VFS, ChangeWatcher, RecordingSink, InodeNumber) {
+    private func watchedWithHooks(options: ChangeWatcher.Options = .init()) throws
+        -> (InMemoryRemote, SwitchableRemote, VFS, ChangeWatcher, RecordingSink, InodeNumber) {
         let base = seeded()
         let remote = SwitchableRemote(base)
         let vfs = try makeVFS(remote)
         let sink = RecordingSink()
-        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil)
+        let watcher = ChangeWatcher(vfs: vfs, remote: remote, sink: sink, store: nil, options: options)
         try watcher.step()
         return (base, remote, vfs, watcher, sink, try vfs.resolve("/x.txt"))
     }
@@ -214,8 +215,14 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
     /// missing from the mount meanwhile, and a file keeps its inode: CI saw the concurrent model
     /// test's `truncate` fail with ENOENT on a file the mount itself had renamed onto another one
     /// (a move onto a file is its deletion, then the move).
-    @Test func aPathDeletedAndMadeAgainIsNeverMissingBetweenPages() throws {
-        let (base, remote, vfs, watcher, _, x) = try watchedWithHooks()
+    /// A long catch-up is applied in batches of `gatherLimit` changes; a batch never ends
+    /// between a path's deletion and the path made again either (with a limit of 1 change, the
+    /// deletion was applied alone, and the file was missing, with a new inode after).
+    @Test(arguments: [20_000, 1])
+    func aPathDeletedAndMadeAgainIsNeverMissingBetweenPages(gatherLimit: Int) throws {
+        var options = ChangeWatcher.Options()
+        options.gatherLimit = gatherLimit
+        let (base, remote, vfs, watcher, _, x) = try watchedWithHooks(options: options)
         base.externalDelete("/x.txt")
         base.externalWrite("/x.txt", "made again")
         base.feedPageSize = 1

@@ -37,6 +37,10 @@ public final class ChangeWatcher: Sendable {
         /// How long a round that has news waits for the mount's own queued operations to settle
         /// before reading (`step`).
         public var ownOperationsWait: Double = 1
+        /// The most changes gathered into one batch before it is applied (a long catch-up is
+        /// applied batch by batch, so memory stays bounded); a batch may run a page past it, so as
+        /// not to end between a path's deletion and the path made again (`readChanges`).
+        public var gatherLimit: Int = 20_000
         public init(longpollTimeout: Int = 30, retryDelay: Double = 1, maxRetryDelay: Double = 30,
                     offlineAfter: Double = 3, graceRetryDelay: Double = 0.5) {
             self.longpollTimeout = min(max(longpollTimeout, 30), 480)
@@ -288,26 +292,48 @@ public final class ChangeWatcher: Sendable {
     /// Pages are gathered until Dropbox says no more follow (or `gatherLimit` changes are held)
     /// and applied as one batch: a page may end between a path's deletion and the path made
     /// again (change_feed.py), and applied alone it would take the path away from the mount
-    /// until the next page came (`aPathDeletedAndMadeAgainIsNeverMissingBetweenPages`).
+    /// until the next page came (`aPathDeletedAndMadeAgainIsNeverMissingBetweenPages`). At the
+    /// limit, a batch that ends with a deletion reads one page more: if that page begins by
+    /// making the path again it joins the batch, else it is carried, unapplied, into the next.
     private func readChanges(from cursor: String) throws(RemoteError) {
         var start = cursor
+        /// A page read past the last batch, with the stamp taken before its fetch.
+        var carried: (page: RemoteListPage, stamp: LocalChangeLog.Stamp)?
         do throws(RemoteError) {
             while true {
                 // The stamp of the first page's fetch covers the whole batch: a change of the
                 // mount's own made while any of its pages travelled is newer than the batch.
-                let stamp = vfs.metadata.fetchStamp()
+                var stamp = vfs.metadata.fetchStamp()
                 var changes: [RemoteChange] = []
                 var next = start
                 var hasMore = true
-                while hasMore && changes.count < Self.gatherLimit {
+                if let (page, pageStamp) = carried {
+                    carried = nil
+                    stamp = pageStamp
+                    (changes, next, hasMore) = (page.changes, page.cursor, page.hasMore)
+                }
+                while hasMore && changes.count < options.gatherLimit {
                     let page = try remote.listFolderContinue(cursor: next)
                     if stopping { return }
                     changes += page.changes
                     next = page.cursor
                     hasMore = page.hasMore
                 }
-                // Overlapped more of the mount's own changes than it can sort out: ask again.
-                guard apply(changes, from: start, cursor: next, since: stamp) else { continue }
+                while hasMore, case .deleted(let deleted, _)? = changes.last {
+                    let pageStamp = vfs.metadata.fetchStamp()
+                    let page = try remote.listFolderContinue(cursor: next)
+                    if stopping { return }
+                    guard case .upsert(let entry)? = page.changes.first, entry.pathLower == deleted else {
+                        carried = (page, pageStamp)
+                        break
+                    }
+                    changes += page.changes
+                    next = page.cursor
+                    hasMore = page.hasMore
+                }
+                // Overlapped more of the mount's own changes than it can sort out: ask again
+                // (from `start`: a carried page is read again with the rest).
+                guard apply(changes, from: start, cursor: next, since: stamp) else { carried = nil; continue }
                 start = next
                 if !hasMore { return }
             }
@@ -315,11 +341,6 @@ public final class ChangeWatcher: Sendable {
             try relist()
         }
     }
-
-    /// The most changes gathered into one batch. Past it (a long catch-up), a batch is applied
-    /// before the next page is read, and a path deleted and made again across that one boundary
-    /// is missing until the next batch, a moment later.
-    static let gatherLimit = 20_000
 
     /// Applies and saves one batch; false if it must be fetched again. Paths whose change gave way
     /// to one of the mount's own while the tree shows something else are then looked up again
