@@ -244,6 +244,26 @@ final class SwitchableRemote: RemoteStore, @unchecked Sendable {
         #expect(try vfs.readAll(x) == Array("made again".utf8))
     }
 
+    /// The page read past a batch that ends with a deletion, when it does not make the path
+    /// again, is applied in the next batch: nothing it holds is lost or applied twice.
+    @Test func aPageReadPastABatchIsAppliedInTheNext() throws {
+        var options = ChangeWatcher.Options()
+        options.gatherLimit = 1
+        let (base, _, vfs, watcher, _, _) = try watchedWithHooks(options: options)
+        base.externalDelete("/x.txt")
+        base.externalWrite("/y.txt", "new")
+        base.externalDelete("/docs/a.txt")
+        base.externalWrite("/z.txt", "newer")
+        base.feedPageSize = 1
+        let before = watcher.statistics.batches
+        try watcher.step()
+        #expect(watcher.statistics.batches - before == 4)
+        #expect(throws: Errno.noEntry) { try vfs.resolve("/x.txt") }
+        #expect(throws: Errno.noEntry) { try vfs.resolve("/docs/a.txt") }
+        #expect(try vfs.readAll(vfs.resolve("/y.txt")) == Array("new".utf8))
+        #expect(try vfs.readAll(vfs.resolve("/z.txt")) == Array("newer".utf8))
+    }
+
     /// A path looked up again that the refresh leaves as it was (the file has pending local
     /// bytes) tells the kernel nothing: dropping its pages could drop a write still on its way
     /// to the mount (`pagesFollowLocalWrites`; hunt_reader_prefix.py read zeros where a write had
