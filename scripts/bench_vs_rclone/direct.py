@@ -216,8 +216,9 @@ class Direct:
 
 
 # ----- local files -----
-def read_mbps(path):
-    """Sequential read of a whole file with 1 MiB reads into one buffer: (MB/s, bytes).
+def read_mbps(path, buf=None):
+    """Sequential read of a whole file with 1 MiB reads into one buffer (`buf`, or a new page-
+    aligned one): (MB/s, bytes).
 
     The buffer is page aligned, as `cp` and `dd` have theirs. A malloc'd one (`bytearray`) starts
     16 bytes into a page when glibc maps it, and the kernel's copy of page-cache pages into a
@@ -225,7 +226,8 @@ def read_mbps(path):
     (4 KiB aliasing): 2.3 against 8 GB/s from /dev/shm (scripts/bench-read-buffer; docs/
     BENCHMARKS.md "Warm re-reads: the reader's buffer and the pages' second access"). Whichever
     read happened to get such a buffer was slow, dbxfs's or the limit's."""
-    buf = aligned_buffer(MIB)
+    if buf is None:
+        buf = aligned_buffer(MIB)
     total = 0
     fd = os.open(path, os.O_RDONLY)
     started = time.monotonic()

@@ -307,17 +307,20 @@ public final class ChangeWatcher: Sendable {
                 var changes: [RemoteChange] = []
                 var next = start
                 var hasMore = true
+                func take(_ page: RemoteListPage) {
+                    changes += page.changes
+                    next = page.cursor
+                    hasMore = page.hasMore
+                }
                 if let (page, pageStamp) = carried {
                     carried = nil
                     stamp = pageStamp
-                    (changes, next, hasMore) = (page.changes, page.cursor, page.hasMore)
+                    take(page)
                 }
                 while hasMore && changes.count < options.gatherLimit {
                     let page = try remote.listFolderContinue(cursor: next)
                     if stopping { return }
-                    changes += page.changes
-                    next = page.cursor
-                    hasMore = page.hasMore
+                    take(page)
                 }
                 while hasMore, case .deleted(let deleted, _)? = changes.last {
                     let pageStamp = vfs.metadata.fetchStamp()
@@ -327,9 +330,7 @@ public final class ChangeWatcher: Sendable {
                         carried = (page, pageStamp)
                         break
                     }
-                    changes += page.changes
-                    next = page.cursor
-                    hasMore = page.hasMore
+                    take(page)
                 }
                 // Overlapped more of the mount's own changes than it can sort out: ask again
                 // (from `start`: a carried page is read again with the rest).
